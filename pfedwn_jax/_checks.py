@@ -1,0 +1,76 @@
+"""Input validation shared by the public API.
+
+Every public entry point checks its arguments on the host *before* tracing, so a bad value
+fails with a `ValueError` that names the argument and what is allowed, never with a
+traceback from deep inside JAX.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+
+def is_concrete(x: Any) -> bool:
+    """True when `x` holds host-readable values (not a tracer under jit/vmap)."""
+    try:
+        np.asarray(x)
+    except Exception:  # jax raises TracerArrayConversionError for tracers
+        return False
+    return True
+
+
+def check_finite(name: str, x: Any) -> None:
+    """Raise `ValueError` if a concrete array contains NaN or infinity (no-op on tracers)."""
+    if not is_concrete(x):
+        return
+    arr = np.asarray(x)
+    if arr.dtype.kind in "fc" and not np.all(np.isfinite(arr)):
+        bad = arr[~np.isfinite(arr)].ravel()[0]
+        raise ValueError(f"{name} must be finite; found {bad!r}")
+
+
+def check_range(
+    name: str,
+    value: Any,
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    low_inclusive: bool = True,
+    high_inclusive: bool = True,
+) -> None:
+    """Raise `ValueError` naming `name` unless every concrete value lies in the range."""
+    if not is_concrete(value):
+        return
+    arr = np.asarray(value, dtype=float)
+    lo_s = "[" if low_inclusive else "("
+    hi_s = "]" if high_inclusive else ")"
+    allowed = f"{lo_s}{'-inf' if low is None else low}, {'inf' if high is None else high}{hi_s}"
+    if np.any(np.isnan(arr)):
+        raise ValueError(f"{name} must be a number in {allowed}; got NaN")
+    ok = np.ones(arr.shape, dtype=bool)
+    if low is not None:
+        ok &= (arr >= low) if low_inclusive else (arr > low)
+    if high is not None:
+        ok &= (arr <= high) if high_inclusive else (arr < high)
+    if not np.all(ok):
+        bad = arr[~ok].ravel()[0]
+        shown = int(bad) if float(bad).is_integer() and math.isfinite(bad) else bad
+        raise ValueError(f"{name} must be in {allowed}; got {shown!r}")
+
+
+def check_int(name: str, value: Any, low: int | None = None, high: int | None = None) -> int:
+    """Return `value` as int, raising `ValueError` unless it is an integer in [low, high]."""
+    if isinstance(value, bool) or not float(value).is_integer():
+        raise ValueError(f"{name} must be an integer; got {value!r}")
+    check_range(name, value, low, high)
+    return int(value)
+
+
+def check_choice(name: str, value: Any, allowed: Any) -> None:
+    """Raise `ValueError` unless `value` is one of `allowed`."""
+    allowed = list(allowed)
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {allowed}; got {value!r}")

@@ -1,0 +1,48 @@
+"""The `pfedwn` command line: a thin layer over the Python API.
+
+Each subcommand lives in its own module exposing `add_parser(subparsers)`; the parser sets
+`func(args) -> int`. A `ValueError` from the API becomes a one-line error and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# subcommand name -> module under pfedwn_jax.cli
+SUBCOMMANDS = {"neighbors": "neighbors", "data": "data", "run": "run"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pfedwn",
+        description="Personalized federated learning over D2D wireless networks (JAX).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    for module in SUBCOMMANDS.values():
+        try:
+            mod = importlib.import_module(f"pfedwn_jax.cli.{module}")
+        except ModuleNotFoundError as e:  # a subcommand not yet built
+            if e.name != f"pfedwn_jax.cli.{module}":
+                raise
+            continue
+        mod.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ValueError as e:
+        print(f"pfedwn {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"pfedwn {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

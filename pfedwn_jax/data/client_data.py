@@ -1,0 +1,46 @@
+"""Stacked, padded per-client arrays: the layout a vmapped training step indexes.
+
+This module is the contract between the data pipeline and the training engine.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+
+
+class ClientData(NamedTuple):
+    """One split (train or test) of every client's data, padded to a common length.
+
+    Attributes:
+      x: `[clients, max_samples, H, W, C]` uint8 images (normalised inside the model step).
+      y: `[clients, max_samples]` int32 labels (0 in padded slots).
+      mask: `[clients, max_samples]` bool, True for real samples.
+      count: `[clients]` int32, the number of real samples (= mask.sum(-1)).
+
+    Real samples of client n occupy slots `0 .. count[n]-1`; padding follows.
+    A NamedTuple is a pytree, so `ClientData` passes through jit/vmap unchanged.
+    """
+
+    x: jax.Array
+    y: jax.Array
+    mask: jax.Array
+    count: jax.Array
+
+    @property
+    def num_clients(self) -> int:
+        return int(self.y.shape[0])
+
+    @property
+    def max_samples(self) -> int:
+        return int(self.y.shape[1])
+
+
+class FederatedData(NamedTuple):
+    """A partitioned dataset: train and test `ClientData` over the same clients."""
+
+    train: ClientData
+    test: ClientData
+    num_classes: int
+    name: str
