@@ -1,0 +1,63 @@
+"""Per-client epoch batching that runs under `jit`/`vmap`.
+
+Every client draws its own permutation of its real samples; clients with fewer samples get
+trailing *masked* steps so all clients run the same static number of steps. The last partial
+batch of a client is **kept** (its missing slots are masked): every real sample is visited
+exactly once per epoch, which matters for the small clients of unbalanced partitions, where
+dropping a partial batch would discard a large share of their data.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+
+def steps_per_epoch(max_count: int, batch_size: int) -> int:
+    """Static number of steps that covers the largest client once: ceil(max_count / batch)."""
+    return max(1, math.ceil(int(max_count) / int(batch_size)))
+
+
+def client_permutation(key: jax.Array, count: jax.Array, max_samples: int) -> jax.Array:
+    """A random order of one client's slots with its `count` real samples first.
+
+    Returns `[max_samples]` int32: positions `0..count-1` hold a uniform permutation of the
+    real sample indices, the rest hold the padded slots (in order).
+    """
+    pos = jnp.arange(max_samples)
+    u = jax.random.uniform(key, (max_samples,))
+    sort_key = jnp.where(pos < count, u, 2.0 + pos / max_samples)
+    return jnp.argsort(sort_key).astype(jnp.int32)
+
+
+def epoch_indices(
+    key: jax.Array, count: jax.Array, max_samples: int, batch_size: int, num_steps: int
+) -> tuple[jax.Array, jax.Array]:
+    """Batch indices for one epoch of every client.
+
+    Args:
+      key: PRNG key; client n uses `fold_in(key, n)`, so a client's order does not depend on
+        how many other clients are stacked with it.
+      count: `[clients]` real samples per client.
+      max_samples: static padded length of the client axis of the data.
+      batch_size: static batch size.
+      num_steps: static steps per epoch (usually `steps_per_epoch(max(count), batch_size)`).
+
+    Returns:
+      idx: `[clients, num_steps, batch_size]` int32 sample indices into each client's arrays.
+      valid: `[clients, num_steps, batch_size]` bool, False for padded slots and masked steps.
+    """
+    clients = count.shape[0]
+    total = num_steps * batch_size
+    keys = jax.vmap(lambda n: jax.random.fold_in(key, n))(jnp.arange(clients))
+    perm = jax.vmap(client_permutation, in_axes=(0, 0, None))(keys, count, max_samples)
+    if total > max_samples:
+        perm = jnp.pad(perm, ((0, 0), (0, total - max_samples)))
+    perm = perm[:, :total]
+    valid = jnp.arange(total)[None, :] < count[:, None]
+    return (
+        perm.reshape(clients, num_steps, batch_size),
+        valid.reshape(clients, num_steps, batch_size),
+    )
