@@ -1,0 +1,61 @@
+"""FedAvg (McMahan et al. 2017) inside each slot's group.
+
+Each round every slot trains locally from the model it holds, then slot ``i`` takes the
+sample-count weighted average of the models along its adjacency row. In single-target mode
+the group is fully connected, so every member ends the round with the same group model, and
+the target is evaluated with it. Optimizer state stays local (plain SGD has none).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+
+from pfedwn_jax.algorithms.base import (
+    Algorithm,
+    NoHParams,
+    RoundContext,
+    group_average_matrix,
+    local_update,
+    register,
+)
+from pfedwn_jax.algorithms.local import (
+    BaselineState,
+    eval_own,
+    init_baseline,
+    train_loss_record,
+)
+
+
+def average_in_groups(clients: Any, ctx: RoundContext) -> Any:
+    """Replace each slot's params by its group's sample-weighted mean (optimizer state kept)."""
+    from pfedwn_jax.engine.tree import mix
+
+    matrix = group_average_matrix(ctx.adjacency, ctx.num_samples)
+    return clients._replace(params=mix(clients.params, matrix))
+
+
+def train_then_average(
+    state: BaselineState, key: jax.Array, ctx: RoundContext, **train_kwargs: Any
+) -> BaselineState:
+    """Local training (with optional objective overrides) followed by group averaging."""
+    clients, metrics = local_update(ctx, state.clients, key, **train_kwargs)
+    return BaselineState(average_in_groups(clients, ctx), metrics["loss"])
+
+
+def _round(state: BaselineState, key: jax.Array, ctx: RoundContext, hp: Any) -> BaselineState:
+    return train_then_average(state, key, ctx)
+
+
+FEDAVG = register(
+    Algorithm(
+        name="fedavg",
+        hparams=NoHParams,
+        init=init_baseline,
+        round=_round,
+        eval_params=eval_own,
+        records=train_loss_record,
+        description="sample-weighted model average inside each group",
+    )
+)
