@@ -1,0 +1,110 @@
+"""From a dataset to `FederatedData`: pool, partition, per-client train/test split, stack."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from pfedwn_jax._checks import check_choice, check_finite, check_int, check_range
+from pfedwn_jax.data.client_data import FederatedData
+from pfedwn_jax.data.datasets import Dataset, load_dataset
+from pfedwn_jax.data.partition import DEFAULT_MIN_SAMPLES, partition
+from pfedwn_jax.data.stacking import stack_clients, to_device
+
+POOLS = ("union", "train")
+
+
+def pool_arrays(dataset: Dataset, pool: str = "union") -> tuple[np.ndarray, np.ndarray]:
+    """The samples to partition: `"union"` of train and test (as PFL libraries do), or
+    `"train"` only (the dataset's test split is then unused)."""
+    check_choice("pool", pool, POOLS)
+    if pool == "train" or len(dataset.y_test) == 0:
+        return dataset.x_train, dataset.y_train
+    return (
+        np.concatenate([dataset.x_train, dataset.x_test]),
+        np.concatenate([dataset.y_train, dataset.y_test]),
+    )
+
+
+def split_train_test(
+    parts: list[np.ndarray], train_frac: float, seed: int
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Randomly split each client's indices: `round(train_frac * n)` train, the rest test,
+    clipped so a client with >= 2 samples keeps at least one of each."""
+    rng = np.random.default_rng([seed, 1])  # a stream independent of the partition's
+    train, test = [], []
+    for p in parts:
+        n = len(p)
+        n_train = int(np.clip(round(train_frac * n), min(1, n), max(n - 1, min(1, n))))
+        perm = rng.permutation(p)
+        train.append(perm[:n_train])
+        test.append(perm[n_train:])
+    return train, test
+
+
+def make_federated(
+    dataset: Dataset | str,
+    num_clients: int,
+    scheme: str = "paper",
+    *,
+    seed: int = 0,
+    alpha: float = 0.1,
+    train_frac: float = 0.75,
+    min_samples: int = DEFAULT_MIN_SAMPLES,
+    pool: str = "union",
+    classes_per_client: int = 2,
+    data_dir: str | Path | None = None,
+    device: bool = True,
+) -> FederatedData:
+    """Partition a dataset among clients and stack each client's train and test samples.
+
+    Args:
+      dataset: a `Dataset` or a name for `load_dataset` (e.g. `DEFAULT_DATASET`).
+      num_clients: number of clients N.
+      scheme, alpha, min_samples, classes_per_client: see `partition`.
+      seed: seeds the partition and the per-client split (deterministic).
+      train_frac: share of each client's samples used for training, in (0, 1); the
+        paper uses 0.75.
+      pool: `"union"` (train + test of the dataset) or `"train"`.
+      data_dir: TFDS data directory when `dataset` is a TFDS name.
+      device: put the arrays on the default JAX device (else keep host NumPy arrays).
+
+    Returns:
+      `FederatedData(train, test, num_classes, name)`; `train.x` is
+      `[N, max_train, H, W, C]` uint8, `test.x` `[N, max_test, H, W, C]`.
+    """
+    check_finite("train_frac", train_frac)
+    check_range("train_frac", train_frac, 0.0, 1.0, low_inclusive=False, high_inclusive=False)
+    check_choice("pool", pool, POOLS)
+    min_samples = check_int("min_samples", min_samples, low=2)
+    if not isinstance(dataset, Dataset):
+        dataset = load_dataset(dataset, data_dir=data_dir)
+    x, y = pool_arrays(dataset, pool)
+    parts = partition(
+        y,
+        num_clients,
+        scheme,
+        seed=seed,
+        alpha=alpha,
+        min_samples=min_samples,
+        classes_per_client=classes_per_client,
+        num_classes=dataset.num_classes,
+    )
+    train_parts, test_parts = split_train_test(parts, float(train_frac), seed)
+    train, test = stack_clients(x, y, train_parts), stack_clients(x, y, test_parts)
+    if device:
+        train, test = to_device(train), to_device(test)
+    return FederatedData(train, test, dataset.num_classes, dataset.name)
+
+
+def client_label_counts(data: FederatedData, split: str = "all") -> np.ndarray:
+    """`[clients, classes]` class counts of each client (`split`: "train", "test", "all")."""
+    check_choice("split", split, ("train", "test", "all"))
+    splits = [data.train, data.test] if split == "all" else [getattr(data, split)]
+    total = np.zeros((splits[0].num_clients, data.num_classes), np.int64)
+    for cd in splits:
+        y, mask = np.asarray(cd.y), np.asarray(cd.mask)
+        total += np.stack([np.bincount(y[n][mask[n]], minlength=data.num_classes)
+                           for n in range(y.shape[0])])
+    return total

@@ -1,0 +1,123 @@
+"""Reading (and preparing) real datasets through tensorflow-datasets.
+
+Reading uses `tfds.data_source(..., download=False)` over array_record files: it needs the
+optional `tfds` extra but no TensorFlow. Preparing (`prepare_tfds`, CLI `pfedwn data prepare`)
+runs `download_and_prepare(file_format="array_record")`, which needs TensorFlow and either
+network access or the original archives in a manual directory.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import numpy as np
+
+from pfedwn_jax.data.datasets import TFDS_NAMES, Dataset, as_images, as_labels
+
+INSTALL_HINT = "pip install 'pfedwn-jax[tfds]' tensorflow"
+
+
+class DatasetUnavailableError(ValueError):
+    """A dataset is not available locally; the message says how to make it available."""
+
+
+def default_data_dir() -> Path:
+    """Where TFDS looks by default: `$TFDS_DATA_DIR`, else `~/tensorflow_datasets`."""
+    return Path(os.environ.get("TFDS_DATA_DIR") or "~/tensorflow_datasets").expanduser()
+
+
+def resolve_data_dir(data_dir: str | Path | None) -> Path:
+    return default_data_dir() if data_dir is None else Path(data_dir).expanduser()
+
+
+def unavailable(name: str, data_dir: Path, reason: str) -> DatasetUnavailableError:
+    """The one error for a missing dataset: what, where, and the commands that fix it."""
+    return DatasetUnavailableError(
+        f"dataset {name!r} is not available in {str(data_dir)!r} ({reason}). To make it "
+        f"available, on a machine with internet access run: `{INSTALL_HINT}` then "
+        f"`pfedwn data prepare {name} --data-dir {data_dir}` (offline: put the original "
+        f"archives in a folder M and add `--manual-dir M`). The embedded default "
+        f"'mnist_embedded' needs no download."
+    )
+
+
+def _import_tfds(name: str, data_dir: Path):
+    if importlib.util.find_spec("tensorflow_datasets") is None:
+        raise unavailable(name, data_dir, "tensorflow-datasets is not installed")
+    import tensorflow_datasets as tfds
+
+    return tfds
+
+
+def _to_arrays(name: str, split: str, source) -> tuple[np.ndarray, np.ndarray]:
+    """Read every example of a TFDS data source into `x [n, H, W, C]`, `y [n]`."""
+    n = len(source)
+    if n == 0:
+        return np.zeros((0, 0, 0, 0), np.uint8), np.zeros((0,), np.int32)
+    first = source[0]
+    x = np.empty((n, *np.shape(first["image"])), np.uint8)
+    y = np.empty((n,), np.int64)
+    for i in range(n):
+        ex = first if i == 0 else source[i]
+        x[i] = ex["image"]
+        y[i] = ex["label"]
+    return as_images(name, f"x_{split}", x), as_labels(name, f"y_{split}", y)
+
+
+def load_tfds(name: str, data_dir: str | Path | None = None, download: bool = False) -> Dataset:
+    """Load a prepared TFDS dataset (`train` and `test` splits) into host memory.
+
+    Raises `DatasetUnavailableError` (a `ValueError`) naming the dataset, the directory
+    searched and the commands that make it available when it cannot be read.
+    """
+    if name not in TFDS_NAMES:
+        raise ValueError(f"unknown TFDS dataset {name!r}; supported: {sorted(TFDS_NAMES)}")
+    where = resolve_data_dir(data_dir)
+    tfds = _import_tfds(name, where)
+    if not download and not where.is_dir():
+        # Checked before calling TFDS: it would otherwise create the folder and report a
+        # misleading file-format error.
+        raise unavailable(name, where, "the data directory does not exist")
+    try:
+        sources = tfds.data_source(
+            name, split=["train", "test"], data_dir=str(where), download=download
+        )
+    except (OSError, RuntimeError, ValueError, AssertionError) as e:
+        # NotImplementedError (a RuntimeError) is TFDS's answer for "not prepared as
+        # array_record"; FileNotFoundError and friends for missing files.
+        raise unavailable(name, where, f"{type(e).__name__}: {str(e).splitlines()[0]}") from e
+    (x_train, y_train), (x_test, y_test) = (
+        _to_arrays(name, split, src) for split, src in zip(("train", "test"), sources, strict=True)
+    )
+    if len(y_train) == 0:
+        raise unavailable(name, where, "the prepared train split is empty")
+    if len(y_test) == 0:
+        x_test = np.zeros((0, *x_train.shape[1:]), np.uint8)
+    return Dataset(x_train, y_train, x_test, y_test, TFDS_NAMES[name], name)
+
+
+def prepare_tfds(
+    name: str, data_dir: str | Path | None = None, manual_dir: str | Path | None = None
+) -> Path:
+    """Download (or read from `manual_dir`) and prepare `name` as array_record files.
+
+    Needs TensorFlow (TFDS' builders use it to prepare) and network access unless the
+    original archives are in `manual_dir`. Returns the data directory.
+    """
+    if name not in TFDS_NAMES:
+        raise ValueError(f"unknown TFDS dataset {name!r}; supported: {sorted(TFDS_NAMES)}")
+    where = resolve_data_dir(data_dir)
+    tfds = _import_tfds(name, where)
+    if importlib.util.find_spec("tensorflow") is None:
+        raise ValueError(
+            f"preparing {name!r} needs TensorFlow, which is not installed; run `{INSTALL_HINT}` "
+            "(reading a prepared dataset does not need TensorFlow)"
+        )
+    config = tfds.download.DownloadConfig(
+        manual_dir=None if manual_dir is None else str(Path(manual_dir).expanduser())
+    )
+    builder = tfds.builder(name, data_dir=str(where))
+    builder.download_and_prepare(download_config=config, file_format="array_record")
+    return where
