@@ -1,0 +1,21 @@
+"""Experiments: `ExperimentConfig`, `run(config) -> Result`, results JSON and reports.
+
+See `docs/experiments.md` for the results file schema and the config fields.
+"""
+
+from pfedwn_jax.experiment.config import ExperimentConfig
+from pfedwn_jax.experiment.federation import Federation, build_federation
+from pfedwn_jax.experiment.report import format_table, plot_learning_curves
+from pfedwn_jax.experiment.results import SCHEMA, Result
+from pfedwn_jax.experiment.runner import run
+
+__all__ = [
+    "SCHEMA",
+    "ExperimentConfig",
+    "Federation",
+    "Result",
+    "build_federation",
+    "format_table",
+    "plot_learning_curves",
+    "run",
+]

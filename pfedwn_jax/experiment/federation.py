@@ -1,0 +1,190 @@
+"""Who trains with whom: the federation built from the wireless neighbor selection.
+
+Single-target mode (the paper's setting): the target and `num_neighbors` neighbors are placed
+with `place_uniform`; each neighbor's error probability to the target is computed (the other
+neighbors interfere) and those with `P_err < eps` are selected. Slots are the target (slot 0)
+and its selected neighbors; the group is fully connected (every baseline trains inside it).
+
+Network-wide mode: the same placement; every client is a target. Row `i` of the
+`[N, N]` P_err matrix is client `i`'s error probability from every other client (all the
+others interfere); client `i` receives client `j`'s model iff `P_err[i, j] < eps`.
+
+Data clients: the partition has `num_neighbors + 1` clients. In single-target mode the target
+is data client `config.target`, and neighbor `k` of the placement is the `k`-th of the other
+data clients in increasing order. In network mode node `c` of the placement (node 0 = the
+placement's centre node) is data client `c`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import numpy as np
+
+from pfedwn_jax.experiment.config import ExperimentConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class Federation:
+    """A federation on the host (NumPy), the runner turns it into a `RoundContext`.
+
+    Attributes:
+      mode: "single" or "network".
+      data_client: `[S]` int, data client of each model slot.
+      adjacency: `[S, S]` bool, `adjacency[i, j]`: slot i receives slot j's model.
+      is_target: `[S]` bool.
+      target: data client of the target (single mode) or -1 (network mode).
+      neighbors: `[n]` data clients of the target's neighbors in placement order (single)
+        or `[N]` all data clients (network).
+      perr: `[n]` P_err of each neighbor to the target (single), or `[N, N]` with
+        `perr[i, j]` the error probability of link j -> i (diagonal 0) (network).
+      selected: bool, same shape as `perr` (network: diagonal True).
+      positions: `[N, 2]` metres, position of each data client.
+    """
+
+    mode: str
+    data_client: np.ndarray
+    adjacency: np.ndarray
+    is_target: np.ndarray
+    target: int
+    neighbors: np.ndarray
+    perr: np.ndarray
+    selected: np.ndarray
+    positions: np.ndarray
+
+    @property
+    def num_slots(self) -> int:
+        return int(self.data_client.shape[0])
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly description (the `network` entry of the results file)."""
+        out = {
+            "mode": self.mode,
+            "num_slots": self.num_slots,
+            "slot_client": self.data_client.tolist(),
+            "is_target": self.is_target.tolist(),
+            "adjacency": self.adjacency.tolist(),
+            "target": self.target,
+            "neighbors": self.neighbors.tolist(),
+            "perr": self.perr.tolist(),
+            "selected": self.selected.tolist(),
+            "positions": self.positions.tolist(),
+        }
+        if self.mode == "single":
+            out["selected_neighbors"] = self.neighbors[self.selected].tolist()
+        return out
+
+
+def channel_params(config: ExperimentConfig) -> Any:
+    """`ChannelParams` with the config's overrides (unknown fields name `channel`)."""
+    from pfedwn_jax.wireless import ChannelParams
+
+    names = {f.name for f in dataclasses.fields(ChannelParams)} if dataclasses.is_dataclass(
+        ChannelParams
+    ) else set(getattr(ChannelParams, "_fields", ()))
+    unknown = sorted(set(config.channel) - names)
+    if unknown:
+        raise ValueError(f"channel: unknown ChannelParams field(s) {unknown}; allowed: "
+                         f"{sorted(names)}")
+    return ChannelParams(**config.channel)
+
+
+def place_nodes(config: ExperimentConfig) -> tuple[np.ndarray, np.ndarray, jax.Array]:
+    """Placement from the topology seed: `(centre_xy [2], others_xy [n, 2], spare key)`."""
+    from pfedwn_jax.wireless import place_uniform
+
+    key = jax.random.PRNGKey(config.topology_seed)
+    k_place, k_spare = jax.random.split(key)
+    centre, others = place_uniform(k_place, config.num_neighbors, channel_params(config))
+    return np.asarray(centre, np.float64), np.asarray(others, np.float64), k_spare
+
+
+def resolve_target(config: ExperimentConfig, key: jax.Array) -> int:
+    """The target's data client: `config.target`, or drawn uniformly if "random"."""
+    if config.target == "random":
+        return int(jax.random.randint(key, (), 0, config.num_clients))
+    return int(config.target)
+
+
+def single_target_federation(config: ExperimentConfig) -> Federation:
+    """The target plus its selected neighbors, fully connected (see module docstring)."""
+    from pfedwn_jax.wireless import error_probability, select_neighbors
+
+    params = channel_params(config)
+    centre, others_xy, key = place_nodes(config)
+    target = resolve_target(config, key)
+    others = np.array([c for c in range(config.num_clients) if c != target], dtype=np.int64)
+    perr = np.asarray(
+        error_probability(centre, others_xy, config.gamma_th, params, moments=config.moments),
+        np.float64,
+    )
+    selected = np.asarray(select_neighbors(perr, config.eps), bool)
+    data_client = np.concatenate([[target], others[selected]]).astype(np.int64)
+    slots = len(data_client)
+    positions = np.zeros((config.num_clients, 2))
+    positions[target] = centre
+    positions[others] = others_xy
+    return Federation(
+        mode="single",
+        data_client=data_client,
+        adjacency=np.ones((slots, slots), bool),
+        is_target=np.arange(slots) == 0,
+        target=target,
+        neighbors=others,
+        perr=perr,
+        selected=selected,
+        positions=positions,
+    )
+
+
+def network_perr(positions: np.ndarray, gamma_th: float, params: Any, moments: str) -> np.ndarray:
+    """`[N, N]` error probabilities, `perr[i, j]` for link j -> i with all others interfering.
+
+    Diagonal is 0. One batched `error_probability` call over the N targets.
+    """
+    from pfedwn_jax.wireless import error_probability
+
+    n = positions.shape[0]
+    # others[i] = every node but i, in increasing order: [N, N-1]
+    others = np.array([[j for j in range(n) if j != i] for i in range(n)], dtype=np.int64)
+    p = np.asarray(
+        error_probability(positions, positions[others], gamma_th, params, moments=moments),
+        np.float64,
+    )
+    out = np.zeros((n, n))
+    out[np.arange(n)[:, None], others] = p
+    return out
+
+
+def network_federation(config: ExperimentConfig) -> Federation:
+    """Every client a target with its own selected neighbors (see module docstring)."""
+    from pfedwn_jax.wireless import select_neighbors
+
+    params = channel_params(config)
+    centre, others_xy, _ = place_nodes(config)
+    positions = np.concatenate([centre[None], others_xy], axis=0)
+    n = positions.shape[0]
+    perr = network_perr(positions, config.gamma_th, params, config.moments)
+    offdiag = ~np.eye(n, dtype=bool)
+    selected = np.asarray(select_neighbors(perr, config.eps), bool) & offdiag
+    adjacency = selected | ~offdiag
+    return Federation(
+        mode="network",
+        data_client=np.arange(n, dtype=np.int64),
+        adjacency=adjacency,
+        is_target=np.ones(n, bool),
+        target=-1,
+        neighbors=np.arange(n, dtype=np.int64),
+        perr=perr,
+        selected=adjacency,
+        positions=positions,
+    )
+
+
+def build_federation(config: ExperimentConfig) -> Federation:
+    """The federation for `config.mode`."""
+    if config.mode == "network":
+        return network_federation(config)
+    return single_target_federation(config)
