@@ -151,35 +151,36 @@ def load_npz(path: str | Path, name: str | None = None) -> Dataset:
         raise ValueError(f"dataset {name!r}: file {str(path)!r} not found")
     try:
         with np.load(path, allow_pickle=False) as f:
-            files = set(f.files)
-            missing = {"x_train", "y_train"} - files
-            if missing or (("x_test" in files) != ("y_test" in files)):
-                raise ValueError(
-                    f"dataset {name!r}: {str(path)!r} must contain arrays x_train, y_train "
-                    f"(and optionally both x_test, y_test); found {sorted(files)}"
-                )
-            x_train = as_images(name, "x_train", f["x_train"])
-            y_train = as_labels(name, "y_train", f["y_train"])
-            if "x_test" in files:
-                x_test = as_images(name, "x_test", f["x_test"])
-                y_test = as_labels(name, "y_test", f["y_test"])
-            else:
-                x_test = np.zeros((0, *x_train.shape[1:]), np.uint8)
-                y_test = np.zeros((0,), np.int32)
-            if "num_classes" in files:
-                num_classes = f["num_classes"]
-                if num_classes.shape != () or num_classes.dtype.kind not in "iu":
-                    raise ValueError(
-                        f"dataset {name!r}: num_classes must be an integer scalar; "
-                        f"got {num_classes.dtype} {num_classes.shape}"
-                    )
-                num_classes = int(num_classes)
-            else:
-                num_classes = max(int(y_train.max(initial=-1)), int(y_test.max(initial=-1))) + 1
-    except (OSError, zipfile.BadZipFile, EOFError, KeyError) as e:
+            raw = {key: f[key] for key in f.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
         raise ValueError(
-            f"dataset {name!r}: cannot read {str(path)!r} as an .npz archive ({e})"
+            f"dataset {name!r}: cannot read {str(path)!r} as an .npz archive of plain arrays "
+            f"({type(e).__name__}: {e})"
         ) from e
+    missing = {"x_train", "y_train"} - set(raw)
+    if missing or (("x_test" in raw) != ("y_test" in raw)):
+        raise ValueError(
+            f"dataset {name!r}: {str(path)!r} must contain arrays x_train, y_train "
+            f"(and optionally both x_test, y_test); found {sorted(raw)}"
+        )
+    x_train = as_images(name, "x_train", raw["x_train"])
+    y_train = as_labels(name, "y_train", raw["y_train"])
+    if "x_test" in raw:
+        x_test = as_images(name, "x_test", raw["x_test"])
+        y_test = as_labels(name, "y_test", raw["y_test"])
+    else:
+        x_test = np.zeros((0, *x_train.shape[1:]), np.uint8)
+        y_test = np.zeros((0,), np.int32)
+    if "num_classes" in raw:
+        num_classes = raw["num_classes"]
+        if num_classes.shape != () or num_classes.dtype.kind not in "iu":
+            raise ValueError(
+                f"dataset {name!r}: num_classes must be an integer scalar; "
+                f"got {num_classes.dtype} {num_classes.shape}"
+            )
+        num_classes = int(num_classes)
+    else:
+        num_classes = max(int(y_train.max(initial=-1)), int(y_test.max(initial=-1))) + 1
     return Dataset(x_train, y_train, x_test, y_test, num_classes, name)
 
 
