@@ -59,10 +59,10 @@ def proximal_loss(base_loss, mu: float):
 def _round(
     state: BaselineState, key: jax.Array, ctx: RoundContext, hp: FedProxHParams
 ) -> BaselineState:
-    from pfedwn_jax.engine import default_loss_fn
+    from pfedwn_jax.engine.losses import default_loss
 
     anchor = state.clients.params
-    loss_fn = proximal_loss(default_loss_fn(ctx.model), hp.mu)
+    loss_fn = proximal_loss(default_loss(ctx.model), hp.mu)
     return train_then_average(state, key, ctx, loss_fn=loss_fn, aux=anchor)
 
 

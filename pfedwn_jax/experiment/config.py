@@ -17,8 +17,6 @@ from typing import Any
 from pfedwn_jax._checks import check_choice, check_int, check_range
 
 MODES = ("single", "network")
-MODELS = ("cnn", "resnet18", "mlp", "logreg")
-OPTIMIZERS = ("sgd",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,8 +53,9 @@ class ExperimentConfig:
       num_neighbors: neighbors around the target; the network has `num_neighbors + 1`
         clients and the partition as many data clients.
       gamma_th: SINR threshold (linear) of the error probability.
-      eps: selection threshold: neighbor m is selected if P_err < eps.
-      moments: moment mode of `error_probability` ("paper" or an alternative it offers).
+      eps: selection threshold in (0, 1): neighbor m is selected if P_err < eps.
+      moments: moment mode of `error_probability`: "paper" (App. A as printed), "exact" or
+        "physical" (see docs/wireless.md).
       topology_seed: seed of the node placement.
       target: data client index of the target (0..num_neighbors) or "random" (drawn from
         the topology seed). Ignored in network mode (every client is a target).
@@ -104,6 +103,8 @@ class ExperimentConfig:
     def validate(self) -> None:
         """Raise ValueError naming the first bad field (no data loading, no compilation)."""
         from pfedwn_jax.algorithms import available_algorithms
+        from pfedwn_jax.models import available_models
+        from pfedwn_jax.wireless import MOMENT_MODES
 
         for name in ("dataset", "data_dir"):
             value = getattr(self, name)
@@ -116,7 +117,7 @@ class ExperimentConfig:
                     high_inclusive=False)
         if self.data_seed is not None:
             check_int("data_seed", self.data_seed, 0)
-        check_choice("model", self.model, MODELS)
+        check_choice("model", self.model, available_models())
         registered = available_algorithms()
         for alg in self.algorithms:
             if alg not in registered:
@@ -140,9 +141,8 @@ class ExperimentConfig:
         check_choice("mode", self.mode, MODES)
         check_int("num_neighbors", self.num_neighbors, 1)
         check_range("gamma_th", self.gamma_th, 0.0, low_inclusive=False)
-        check_range("eps", self.eps, 0.0, 1.0)
-        if not isinstance(self.moments, str) or not self.moments:
-            raise ValueError(f"moments must be a non-empty string; got {self.moments!r}")
+        check_range("eps", self.eps, 0.0, 1.0, low_inclusive=False, high_inclusive=False)
+        check_choice("moments", self.moments, MOMENT_MODES)
         check_int("topology_seed", self.topology_seed, 0)
         if self.target != "random":
             if isinstance(self.target, str):
