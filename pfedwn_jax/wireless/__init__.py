@@ -1,0 +1,39 @@
+"""D2D wireless channel model of pFedWN: P_err, neighbor selection, topologies, Monte Carlo.
+
+See docs/wireless.md for the model, the three interference-moment modes and validation.
+"""
+
+from pfedwn_jax.wireless.channel import (
+    MOMENT_MODES,
+    best_channel_moments,
+    interference_ccdf,
+    interferer_moments,
+    lognormal_params,
+    path_gain,
+    rayleigh_pdf,
+    threshold_moments,
+    transmit_probability,
+)
+from pfedwn_jax.wireless.params import SPEED_OF_LIGHT, ChannelParams
+from pfedwn_jax.wireless.perr import error_probability, link_geometry
+from pfedwn_jax.wireless.selection import select_neighbors
+from pfedwn_jax.wireless.topology import place_uniform, sample_ppp
+
+__all__ = [
+    "MOMENT_MODES",
+    "SPEED_OF_LIGHT",
+    "ChannelParams",
+    "best_channel_moments",
+    "error_probability",
+    "interference_ccdf",
+    "interferer_moments",
+    "link_geometry",
+    "lognormal_params",
+    "path_gain",
+    "place_uniform",
+    "rayleigh_pdf",
+    "sample_ppp",
+    "select_neighbors",
+    "threshold_moments",
+    "transmit_probability",
+]

@@ -1,0 +1,83 @@
+"""Host-side checks and broadcasting of the wireless API inputs (before any tracing)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pfedwn_jax._checks import check_choice, check_finite, check_range, is_concrete
+from pfedwn_jax.wireless.channel import MOMENT_MODES
+from pfedwn_jax.wireless.params import ChannelParams
+
+
+def float_dtype() -> Any:
+    """float64 when `jax_enable_x64` is on, else float32."""
+    return jnp.result_type(float)
+
+
+def _shape(name: str, x: Any) -> tuple[int, ...]:
+    try:
+        return tuple(np.shape(x))
+    except Exception as e:
+        raise ValueError(f"{name} must be an array of numbers; got {type(x).__name__}") from e
+
+
+def link_inputs(target_xy: Any, neighbor_xy: Any, gamma_th: Any, valid: Any,
+                params: Any, moments: str | None = None
+                ) -> tuple[Any, Any, Any, Any, ChannelParams]:
+    """Validate and broadcast the link-level inputs.
+
+    Returns (target [..., 2], neighbor [..., n, 2], gamma_th [...], valid [..., n] bool,
+    params) as arrays of the default float dtype, all with the common batch shape `[...]`.
+    """
+    if not isinstance(params, ChannelParams):
+        raise ValueError(f"params must be a ChannelParams; got {type(params).__name__}")
+    if moments is not None:
+        check_choice("moments", moments, MOMENT_MODES)
+    t_shape, n_shape, g_shape = (_shape("target_xy", target_xy),
+                                 _shape("neighbor_xy", neighbor_xy),
+                                 _shape("gamma_th", gamma_th))
+    if len(t_shape) < 1 or t_shape[-1] != 2:
+        raise ValueError(f"target_xy must have shape [..., 2]; got {list(t_shape)}")
+    if len(n_shape) < 2 or n_shape[-1] != 2 or n_shape[-2] < 1:
+        raise ValueError(
+            f"neighbor_xy must have shape [..., n, 2] with n >= 1; got {list(n_shape)}")
+    try:
+        batch = jnp.broadcast_shapes(t_shape[:-1], n_shape[:-2], g_shape)
+    except ValueError as e:
+        raise ValueError(
+            f"batch shapes do not broadcast: target_xy {list(t_shape)} ([..., 2]), "
+            f"neighbor_xy {list(n_shape)} ([..., n, 2]), gamma_th {list(g_shape)} ([...])"
+        ) from e
+    n = n_shape[-2]
+    for name, x in (("target_xy", target_xy), ("neighbor_xy", neighbor_xy),
+                    ("gamma_th", gamma_th)):
+        check_finite(name, x)
+    check_range("gamma_th", gamma_th, 0.0, None, low_inclusive=False)
+    if valid is None:
+        valid_arr = jnp.ones((*batch, n), bool)
+    else:
+        v_shape = _shape("valid", valid)
+        try:
+            full = jnp.broadcast_shapes(v_shape, (*batch, n))
+        except ValueError:
+            full = None
+        if full != (*batch, n):
+            raise ValueError(
+                f"valid must broadcast to [..., n] = {[*batch, n]}; got {list(v_shape)}")
+        if is_concrete(valid) and np.asarray(valid).dtype != bool:
+            raise ValueError(f"valid must be a boolean mask; got dtype {np.asarray(valid).dtype}")
+        valid_arr = jnp.broadcast_to(jnp.asarray(valid, bool), (*batch, n))
+    dtype = float_dtype()
+    target = jnp.broadcast_to(jnp.asarray(target_xy, dtype), (*batch, 2))
+    neighbor = jnp.broadcast_to(jnp.asarray(neighbor_xy, dtype), (*batch, n, 2))
+    gamma = jnp.broadcast_to(jnp.asarray(gamma_th, dtype), batch)
+    return target, neighbor, gamma, valid_arr, params.as_dtype(dtype)
+
+
+def is_traced(*xs: Any) -> bool:
+    """True if any leaf is a tracer (we are inside someone else's jit/vmap)."""
+    return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(xs))

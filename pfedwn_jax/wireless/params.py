@@ -1,0 +1,117 @@
+"""Channel parameters of the D2D link model (paper Table I).
+
+`ChannelParams` is a frozen dataclass registered as a JAX pytree: every numeric field is a
+leaf, so a sweep over e.g. the number of sub-channels is one `jax.vmap` over a
+`ChannelParams` whose `num_subchannels` is an array. Validation runs on construction for
+concrete values only (inside `jit`/`vmap` the fields are tracers and are left alone).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pfedwn_jax._checks import check_range
+
+SPEED_OF_LIGHT = 299_792_458.0  # m/s
+
+# field -> (low, low_inclusive); every field is also bounded above by +inf (exclusive).
+_BOUNDS: dict[str, tuple[float, bool]] = {
+    "area_m": (0.0, False),
+    "num_subchannels": (1.0, True),
+    "rayleigh_gamma": (0.0, False),
+    "pathloss_exp": (0.0, False),
+    "d0_m": (0.0, False),
+    "tx_power_w": (0.0, False),
+    "freq_hz": (0.0, False),
+    "boltzmann": (0.0, False),
+    "noise_temp_k": (0.0, True),
+    "bandwidth_hz": (0.0, False),
+    "fading_threshold": (0.0, True),
+}
+
+
+def _concrete_numeric(value: Any) -> np.ndarray | None:
+    """`value` as a numpy array if it is a concrete number/array, else None (tracer, sentinel)."""
+    if isinstance(value, jax.core.Tracer):
+        return None
+    try:
+        arr = np.asarray(value)
+    except Exception:
+        return None
+    if arr.dtype.kind not in "biuf":
+        return None
+    return arr
+
+
+@dataclasses.dataclass(frozen=True)
+class ChannelParams:
+    """Physical constants of the wireless model; defaults are the paper's Table I.
+
+    Fields may be Python numbers or arrays (for vmapped sweeps). Units: metres, watts,
+    hertz, kelvin. `fading_threshold` is beta (on the Rayleigh amplitude), `rayleigh_gamma`
+    is Gamma = E[h^2].
+    """
+
+    area_m: Any = 50.0
+    num_subchannels: Any = 14
+    rayleigh_gamma: Any = 2.0
+    pathloss_exp: Any = 3.0
+    d0_m: Any = 1.0
+    tx_power_w: Any = 0.2
+    freq_hz: Any = 2.4e9
+    boltzmann: Any = 1.38e-23
+    noise_temp_k: Any = 290.0
+    bandwidth_hz: Any = 100e6
+    fading_threshold: Any = 2.0
+
+    def __post_init__(self) -> None:
+        for name, (low, low_inc) in _BOUNDS.items():
+            arr = _concrete_numeric(getattr(self, name))
+            if arr is None:
+                continue
+            check_range(f"ChannelParams.{name}", arr, low, None, low_inclusive=low_inc,
+                        high_inclusive=False)
+            if name == "num_subchannels" and not np.all(np.mod(arr, 1) == 0):
+                bad = arr[np.mod(arr, 1) != 0].ravel()[0]
+                raise ValueError(
+                    f"ChannelParams.num_subchannels must be an integer >= 1; got {bad!r}")
+
+    # Derived quantities (work on traced fields too).
+    @property
+    def wavelength_m(self) -> Any:
+        """lambda = c / f."""
+        return SPEED_OF_LIGHT / self.freq_hz
+
+    @property
+    def noise_w(self) -> Any:
+        """Thermal noise power sigma^2 = kappa T W."""
+        return self.boltzmann * self.noise_temp_k * self.bandwidth_hz
+
+    def replace(self, **changes: Any) -> ChannelParams:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def as_dtype(self, dtype: Any) -> ChannelParams:
+        """Every field as a `dtype` array (so jitted cores see one signature per dtype)."""
+        return ChannelParams(**{f.name: jnp.asarray(getattr(self, f.name), dtype)
+                                for f in dataclasses.fields(self)})
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-Python dict of the fields (arrays become lists), for JSON records."""
+        out = {}
+        for f in dataclasses.fields(self):
+            v = np.asarray(getattr(self, f.name))
+            out[f.name] = v.item() if v.ndim == 0 else v.tolist()
+        return out
+
+
+jax.tree_util.register_dataclass(
+    ChannelParams,
+    data_fields=[f.name for f in dataclasses.fields(ChannelParams)],
+    meta_fields=[],
+)
