@@ -1,0 +1,36 @@
+"""The vectorized training engine: every model slot in one stacked pytree (leading axis S)."""
+
+from pfedwn_jax.engine.batches import slot_batches
+from pfedwn_jax.engine.evaluate import cross_evaluate, evaluate
+from pfedwn_jax.engine.losses import default_loss, per_sample_ce, weighted_ce
+from pfedwn_jax.engine.state import ClientState, init_client_state
+from pfedwn_jax.engine.strategy import STRATEGIES, resolve_strategy
+from pfedwn_jax.engine.train import local_train
+from pfedwn_jax.engine.tree import (
+    broadcast_slots,
+    flatten_slots,
+    mix,
+    sq_dist,
+    take_slots,
+    where_slots,
+)
+
+__all__ = [
+    "STRATEGIES",
+    "ClientState",
+    "broadcast_slots",
+    "cross_evaluate",
+    "default_loss",
+    "evaluate",
+    "flatten_slots",
+    "init_client_state",
+    "local_train",
+    "mix",
+    "per_sample_ce",
+    "resolve_strategy",
+    "slot_batches",
+    "sq_dist",
+    "take_slots",
+    "weighted_ce",
+    "where_slots",
+]

@@ -1,0 +1,47 @@
+"""How the slots of a federation are executed: all at once, one by one, or in chunks.
+
+- "vmap": one vectorized program over all S slots (best on accelerators while memory lasts).
+- "map": slots one after another inside one compiled loop (`lax.map`-style); each slot skips
+  its own trailing empty steps.
+- "chunked": chunks of `chunk_size` vmapped slots, one chunk after another; slots are sorted by
+  data size first so a chunk's trailing empty steps are skipped together, and memory holds only
+  one chunk's temporaries.
+- "auto": the measured fastest per backend (see `benchmarks/RESULTS.md`).
+"""
+
+from __future__ import annotations
+
+import jax
+
+from pfedwn_jax._checks import check_choice, check_int
+
+STRATEGIES = ("auto", "vmap", "map", "chunked")
+
+# Measured defaults (benchmarks/bench_engine.py): backend -> (strategy, chunk_size).
+_AUTO = {
+    "cpu": ("chunked", 16),
+}
+_AUTO_ACCELERATOR = ("chunked", 256)
+
+
+def resolve_strategy(
+    strategy: str, chunk_size: int | None, num_slots: int
+) -> tuple[str, int]:
+    """Validate and resolve `(strategy, chunk_size)` to a concrete choice for `num_slots` slots.
+
+    Returns `("vmap", S)`, `("map", 1)` or `("chunked", C)` with `1 <= C <= S`.
+    """
+    check_choice("strategy", strategy, STRATEGIES)
+    if chunk_size is not None:
+        chunk_size = check_int("chunk_size", chunk_size, 1)
+    if strategy == "auto":
+        strategy, default_chunk = _AUTO.get(jax.default_backend(), _AUTO_ACCELERATOR)
+        chunk_size = chunk_size or default_chunk
+    if strategy == "vmap":
+        return "vmap", num_slots
+    if strategy == "map":
+        return "map", 1
+    chunk = min(chunk_size or 16, num_slots)
+    if chunk >= num_slots:
+        return "vmap", num_slots
+    return "chunked", chunk

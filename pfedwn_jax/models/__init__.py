@@ -1,0 +1,14 @@
+"""Models: `get_model(name, num_classes, input_shape) -> Model(name, init, apply, ...)`."""
+
+from pfedwn_jax.models.layers import Conv2D, conv2d, max_pool
+from pfedwn_jax.models.registry import Model, available_models, check_model_fits, get_model
+
+__all__ = [
+    "Conv2D",
+    "Model",
+    "available_models",
+    "check_model_fits",
+    "conv2d",
+    "get_model",
+    "max_pool",
+]
