@@ -59,7 +59,10 @@ def _to_arrays(name: str, split: str, source) -> tuple[np.ndarray, np.ndarray]:
     first = source[0]
     x = np.empty((n, *np.shape(first["image"])), np.uint8)
     y = np.empty((n,), np.int64)
-    for i in range(n):
+    from tqdm.auto import tqdm
+
+    # One example at a time (a progress bar on a terminal): TFDS decodes each image.
+    for i in tqdm(range(n), desc=f"{name}/{split}", leave=False, disable=None):
         ex = first if i == 0 else source[i]
         x[i] = ex["image"]
         y[i] = ex["label"]
