@@ -24,7 +24,7 @@ from pfedwn_jax.algorithms.base import (
 # i.e. the default order of `pfedwn run` and of its table (the paper's Table II rows).
 _BASELINES = ("local", "fedavg", "fedprox")
 # --- personalised methods (engineer D edits this block) ---
-_PERSONALISED: tuple[str, ...] = ()  # e.g. ("perfedavg", "fedamp", "pfedwn")
+_PERSONALISED: tuple[str, ...] = ("perfedavg", "fedamp", "pfedwn")
 # --- end of personalised methods ---
 
 for _module in _BASELINES + _PERSONALISED:

@@ -1,0 +1,286 @@
+"""pFedWN (paper Eq. 5, Alg. 1 and 2): EM-weighted aggregation over the selected neighbors.
+
+Each round, every target row ``i`` (``ctx.is_target``) mixes its model with the models it
+receives along its adjacency row,
+
+    ``w_i <- a * w_i + (1 - a) * sum_m pi[i, m] * w_m``            (Eq. 5)
+
+and then every slot trains locally (E local epochs). Non-target slots (the selected neighbors
+in single-target mode) only train locally and send, as in Alg. 2. One ``local_train`` call
+serves both roles, so a round costs one training pass: the neighbors' models a target mixes in
+round ``t`` are the ones they finished in round ``t - 1`` (Alg. 2 lets them train first in the
+same round; with the shared initial model the two orders differ by that one-round shift).
+
+The weights ``pi[i, :]`` come from EM (Alg. 1, App. B) on target ``i``'s training data, with
+the received neighbor models as the mixture components:
+
+- schedule: no aggregation during ``warmup_rounds`` rounds of local training (EM on untrained
+  models would see identical losses); at round ``warmup_rounds`` pi is estimated; then frozen
+  (``em_every=0``, the paper's time-slot picture) or re-estimated every ``em_every`` rounds.
+- ``component_updates=True`` runs the full EM: ``em_steps`` iterations of E-step, pi update
+  (M-step 1) and a responsibility-weighted epoch of each component model on the target's data
+  (M-step 2, ``local_train(..., sample_weight=lambda)``); ``False`` keeps the received models
+  fixed. Either way pi is then refined with the components fixed until ``max |delta pi| <
+  em_tol`` (``pfedwn_jax.em.estimate_weights``). Components are scratch models: Eq. 5 mixes
+  the neighbors' own models, EM only decides the weights.
+- ``floor`` keeps every selected neighbor's weight at least that large.
+
+Records per round: ``pi [S, S]`` (row i: target i's weights over its neighbors, 0 elsewhere)
+and ``pi_trace [em_steps + 1, S, S]`` (pi after each outer EM step of the latest estimate,
+starting from the uniform prior: the paper's Fig. 8 curve).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pfedwn_jax._checks import check_int, check_range, is_concrete
+from pfedwn_jax.algorithms.base import (
+    Algorithm,
+    RoundContext,
+    init_clients,
+    local_update,
+    register,
+)
+from pfedwn_jax.em import estimate_weights, m_step, responsibilities
+
+
+@dataclasses.dataclass(frozen=True)
+class PFedWNHParams:
+    """pFedWN hyperparameters.
+
+    Attributes:
+      a: the paper's alpha in Eq. 5, the weight of the target's own model in ``[0, 1]``
+        (1: Local; 0: only the neighbors). The paper gives no value; 0.5 is ours.
+      warmup_rounds: rounds of local training before the first EM estimate (ours: 1, so the
+        neighbor models EM compares have seen their data; the paper estimates "at t = 0").
+      em_every: 0 estimates pi once after warm-up and freezes it (the paper's Fig. 4
+        time-slot picture, default); k > 0 re-estimates every k rounds.
+      component_updates: run App. B's M-step 2 (responsibility-weighted training of the
+        component models on the target's data) in each outer EM step (paper Alg. 1; default
+        True); False keeps the received neighbor models fixed.
+      em_steps: outer EM steps (E, M-pi and, if enabled, M-w) per estimate (ours: 5).
+      em_iters: maximum fixed-model EM iterations of the final refinement (ours: 200).
+      em_tol: stop the refinement when ``max |delta pi| < em_tol`` (ours: 1e-5).
+      floor: lower bound of every selected neighbor's weight (ours: 1e-4; the issue asks for
+        at most 1e-3, so an unrelated neighbor still gets near-zero weight).
+      component_epochs: local epochs of each M-step-2 update (ours: 1).
+    """
+
+    a: float = 0.5
+    warmup_rounds: int = 1
+    em_every: int = 0
+    component_updates: bool = True
+    em_steps: int = 5
+    em_iters: int = 200
+    em_tol: float = 1e-5
+    floor: float = 1e-4
+    component_epochs: int = 1
+
+    def __post_init__(self) -> None:
+        check_range("pfedwn.a", self.a, 0.0, 1.0)
+        check_int("pfedwn.warmup_rounds", self.warmup_rounds, 0)
+        check_int("pfedwn.em_every", self.em_every, 0)
+        if not isinstance(self.component_updates, bool):
+            raise ValueError(
+                f"pfedwn.component_updates must be true or false; got {self.component_updates!r}"
+            )
+        check_int("pfedwn.em_steps", self.em_steps, 0)
+        check_int("pfedwn.em_iters", self.em_iters, 1)
+        check_range("pfedwn.em_tol", self.em_tol, 0.0)
+        check_range("pfedwn.floor", self.floor, 0.0, 1e-3)
+        check_int("pfedwn.component_epochs", self.component_epochs, 1)
+
+
+class PFedWNState(NamedTuple):
+    """pFedWN state (every leaf an array).
+
+    Attributes:
+      clients: stacked engine ``ClientState`` of the S slots.
+      pi: ``[S, S]`` aggregation weights (row i sums to 1 over target i's neighbors once
+        estimated; 0 before the first estimate and on non-target rows).
+      pi_trace: ``[em_steps + 1, S, S]`` pi after each outer EM step of the latest estimate.
+      rounds_done: ``[]`` int32, completed rounds.
+      train_loss: ``[S]`` mean local training loss of the last round.
+      pair_target: ``[P]`` int32 target slot of each EM component (target, neighbor) pair.
+      pair_neighbor: ``[P]`` int32 neighbor slot of each pair.
+    """
+
+    clients: Any
+    pi: jax.Array
+    pi_trace: jax.Array
+    rounds_done: jax.Array
+    train_loss: jax.Array
+    pair_target: jax.Array
+    pair_neighbor: jax.Array
+
+
+def em_pairs(adjacency: Any, is_target: Any) -> tuple[jax.Array, jax.Array]:
+    """The (target, neighbor) slot pairs EM needs: ``adjacency[i, j]``, ``i != j``, target i.
+
+    With concrete (host) arrays only the real pairs are listed (P = number of target-neighbor
+    links); under tracing every off-diagonal pair is listed (P = S (S - 1)) and the masks in
+    ``neighbor_mask`` discard the others. Returns ``(pair_target [P], pair_neighbor [P])``.
+    """
+    if is_concrete(adjacency) and is_concrete(is_target):
+        adj = np.asarray(adjacency, bool) & np.asarray(is_target, bool)[:, None]
+        np.fill_diagonal(adj, False)
+        ti, nj = np.nonzero(adj)
+    else:
+        s = adjacency.shape[0]
+        ti, nj = np.nonzero(~np.eye(s, dtype=bool))
+    return jnp.asarray(ti, jnp.int32), jnp.asarray(nj, jnp.int32)
+
+
+def neighbor_mask(ctx: RoundContext, pair_target: jax.Array, pair_neighbor: jax.Array):
+    """``[S, S]`` bool: target i weighs neighbor j (a listed pair on an adjacency edge)."""
+    s = ctx.num_slots
+    listed = jnp.zeros((s, s), bool).at[pair_target, pair_neighbor].set(True)
+    eye = jnp.eye(s, dtype=bool)
+    return listed & ctx.adjacency & ctx.is_target[:, None] & ~eye
+
+
+def aggregation_matrix(pi: jax.Array, a: float | jax.Array, apply: jax.Array) -> jax.Array:
+    """Eq. 5 as an ``[S, S]`` mixing matrix: row i = ``a e_i + (1 - a) pi[i]``.
+
+    Rows with ``apply[i]`` False, or whose pi row is all zero (no neighbor), are identity rows.
+    """
+    s = pi.shape[0]
+    eye = jnp.eye(s, dtype=jnp.float32)
+    has = apply & (pi.sum(1) > 0)
+    mixed = a * eye + (1.0 - a) * pi.astype(jnp.float32)
+    return jnp.where(has[:, None], mixed, eye)
+
+
+def _dense(values: jax.Array, pt: jax.Array, pn: jax.Array, s: int) -> jax.Array:
+    """Scatter per-pair rows ``[P, N]`` into ``[S, S, N]`` (zeros elsewhere)."""
+    return jnp.zeros((s, s, values.shape[-1]), values.dtype).at[pt, pn].set(values)
+
+
+def estimate_pi(
+    params: Any, key: jax.Array, ctx: RoundContext, hp: PFedWNHParams, pt: jax.Array, pn: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """EM estimate of pi from the slots' current models (see the module docstring).
+
+    Returns ``(pi [S, S], trace [em_steps + 1, S, S])``.
+    """
+    from pfedwn_jax.engine import ClientState, cross_evaluate, local_train
+    from pfedwn_jax.engine.tree import take_slots
+
+    s = ctx.num_slots
+    nmask = neighbor_mask(ctx, pt, pn)
+    smask = ctx.train.mask[ctx.data_client]  # [S, N] the target's real samples
+    dc = ctx.data_client[pt]  # [P] component p is evaluated/trained on its target's data
+    comp = take_slots(params, pn)
+    p_idx = jnp.arange(pt.shape[0], dtype=jnp.int32)
+
+    def losses_of(comp_params: Any) -> jax.Array:
+        per = cross_evaluate(ctx.model, comp_params, ctx.train, p_idx, dc)["loss"]
+        return _dense(per.astype(jnp.float32), pt, pn, s)
+
+    def em_step(carry: tuple[Any, jax.Array], step: jax.Array):
+        comp_state, pi = carry
+        lam = responsibilities(losses_of(comp_state.params), pi, smask, nmask)  # E-step
+        pi = m_step(lam, smask, nmask, hp.floor)  # M-step 1: pi = mean_i lambda
+        if hp.component_updates:  # M-step 2: responsibility-weighted training
+            comp_state, _ = local_train(
+                ctx.model,
+                ctx.optimizer,
+                comp_state,
+                ctx.train,
+                dc,
+                jax.random.fold_in(key, step),
+                batch_size=ctx.batch_size,
+                epochs=hp.component_epochs,
+                sample_weight=lam[pt, pn],
+            )
+        return (comp_state, pi), pi
+
+    pi0 = (nmask / jnp.maximum(nmask.sum(1, keepdims=True), 1)).astype(jnp.float32)
+    state0 = ClientState(comp, jax.vmap(ctx.optimizer.init)(comp))
+    (state, pi), trace = jax.lax.scan(em_step, (state0, pi0), jnp.arange(hp.em_steps))
+    trace = jnp.concatenate([pi0[None], trace], axis=0)
+    losses = losses_of(state.params)
+    pi = estimate_weights(
+        losses, smask, nmask, pi, num_iters=hp.em_iters, tol=hp.em_tol, floor=hp.floor
+    )
+    return pi, trace
+
+
+def init(key: jax.Array, ctx: RoundContext, hp: PFedWNHParams) -> PFedWNState:
+    s = ctx.num_slots
+    pt, pn = em_pairs(ctx.adjacency, ctx.is_target)
+    zeros = jnp.zeros((s, s), jnp.float32)
+    return PFedWNState(
+        clients=init_clients(key, ctx),
+        pi=zeros,
+        pi_trace=jnp.zeros((hp.em_steps + 1, s, s), jnp.float32),
+        rounds_done=jnp.zeros((), jnp.int32),
+        train_loss=jnp.zeros((s,), jnp.float32),
+        pair_target=pt,
+        pair_neighbor=pn,
+    )
+
+
+def em_due(rounds_done: jax.Array, hp: PFedWNHParams) -> jax.Array:
+    """Whether pi is (re-)estimated at the start of the round after ``rounds_done`` rounds."""
+    since = rounds_done - hp.warmup_rounds
+    if hp.em_every == 0:
+        return since == 0
+    return (since >= 0) & (since % hp.em_every == 0)
+
+
+def _round(state: PFedWNState, key: jax.Array, ctx: RoundContext, hp: PFedWNHParams):
+    from pfedwn_jax.engine.tree import mix
+
+    # training uses `key` itself, exactly as Local does (so a = 1 reproduces Local bit for bit)
+    em_key, train_key = jax.random.fold_in(key, 0x5EED), key
+    params = state.clients.params
+    if state.pair_target.shape[0] > 0:
+        pi, trace = jax.lax.cond(
+            em_due(state.rounds_done, hp),
+            lambda: estimate_pi(params, em_key, ctx, hp, state.pair_target, state.pair_neighbor),
+            lambda: (state.pi, state.pi_trace),
+        )
+    else:  # nobody has a neighbor: pFedWN is local training
+        pi, trace = state.pi, state.pi_trace
+    apply = ctx.is_target & (state.rounds_done >= hp.warmup_rounds)
+    matrix = aggregation_matrix(pi, hp.a, apply)
+    clients = state.clients._replace(params=mix(params, matrix))
+    clients, metrics = local_update(ctx, clients, train_key)
+    return PFedWNState(
+        clients=clients,
+        pi=pi,
+        pi_trace=trace,
+        rounds_done=state.rounds_done + 1,
+        train_loss=metrics["loss"],
+        pair_target=state.pair_target,
+        pair_neighbor=state.pair_neighbor,
+    )
+
+
+def eval_params(state: PFedWNState, ctx: RoundContext, hp: PFedWNHParams):
+    """Each slot is evaluated with its own (aggregated, then locally trained) model."""
+    return state.clients.params
+
+
+def records(state: PFedWNState, ctx: RoundContext, hp: PFedWNHParams) -> dict[str, jax.Array]:
+    return {"pi": state.pi, "pi_trace": state.pi_trace, "train_loss": state.train_loss}
+
+
+PFEDWN = register(
+    Algorithm(
+        name="pfedwn",
+        hparams=PFedWNHParams,
+        init=init,
+        round=_round,
+        eval_params=eval_params,
+        records=records,
+        description="EM-weighted aggregation over the selected neighbors (the paper's method)",
+    )
+)

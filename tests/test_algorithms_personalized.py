@@ -1,0 +1,299 @@
+"""pFedWN, Per-FedAvg and FedAMP: exact expectations from the issue and independent references."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from pfedwn_jax.algorithms import RoundContext, get_algorithm, make_hparams
+from pfedwn_jax.algorithms.fedamp import attention_matrix
+from pfedwn_jax.algorithms.fedprox import proximal_loss
+from pfedwn_jax.algorithms.perfedavg import full_batch_grad, meta_grad_fn
+from pfedwn_jax.algorithms.pfedwn import aggregation_matrix, em_pairs
+from pfedwn_jax.data.client_data import ClientData
+from pfedwn_jax.engine import ClientState, default_loss, local_train, per_sample_ce
+from pfedwn_jax.models import get_model
+
+SHAPE = (4, 4, 1)
+CLASSES = 4
+
+
+def make_data(classes_per_client, n=40, seed=0) -> ClientData:
+    """Client c holds `n` noisy images of the classes `classes_per_client[c]` (one mean image
+    per class), so a logistic regression fits them and models of disjoint label sets disagree."""
+    rng = np.random.default_rng(seed)
+    means = rng.integers(0, 256, size=(CLASSES, *SHAPE))
+    c = len(classes_per_client)
+    x = np.zeros((c, n, *SHAPE), np.uint8)
+    y = np.zeros((c, n), np.int32)
+    for i, cls in enumerate(classes_per_client):
+        y[i] = rng.choice(cls, size=n)
+        x[i] = np.clip(means[y[i]] + rng.normal(0, 30, size=(n, *SHAPE)), 0, 255)
+    mask = np.ones((c, n), bool)
+    mask[-1, n - 7 :] = False  # one client with padding
+    y = np.where(mask, y, 0)
+    x = np.where(mask[..., None, None, None], x, 0).astype(np.uint8)
+    return ClientData(
+        jnp.asarray(x), jnp.asarray(y), jnp.asarray(mask), jnp.asarray(mask.sum(1), jnp.int32)
+    )
+
+
+def make_ctx(classes_per_client, adjacency=None, is_target=None, *, lr=0.1) -> RoundContext:
+    s = len(classes_per_client)
+    data = make_data(classes_per_client)
+    adjacency = np.ones((s, s), bool) if adjacency is None else np.asarray(adjacency, bool)
+    is_target = np.arange(s) == 0 if is_target is None else np.asarray(is_target, bool)
+    return RoundContext(
+        model=get_model("logreg", CLASSES, SHAPE),
+        optimizer=optax.sgd(lr),
+        train=data,
+        data_client=jnp.arange(s, dtype=jnp.int32),
+        adjacency=jnp.asarray(adjacency),
+        is_target=jnp.asarray(is_target),
+        num_samples=jnp.asarray(data.count, jnp.float32),
+        batch_size=8,
+        local_epochs=1,
+    )
+
+
+@functools.cache
+def compiled_round(name, hp):
+    alg = get_algorithm(name)
+    return jax.jit(lambda state, key, ctx: alg.round(state, key, ctx, hp))
+
+
+def run(name, ctx, rounds, overrides=None, state=None):
+    """`rounds` rounds of `name` from the shared initial model; (state, eval params)."""
+    alg = get_algorithm(name)
+    hp = make_hparams(alg, overrides)
+    if state is None:
+        state = alg.init(jax.random.PRNGKey(0), ctx, hp)
+    step = compiled_round(name, hp)
+    for r in range(rounds):
+        state = step(state, jax.random.PRNGKey(100 + r), ctx)
+    return state, alg.eval_params(state, ctx, hp)
+
+
+def leaves(tree):
+    return [np.asarray(a, np.float64) for a in jax.tree.leaves(tree)]
+
+
+def assert_trees_equal(a, b, atol=0.0):
+    for x, y in zip(leaves(a), leaves(b), strict=True):
+        np.testing.assert_allclose(x, y, rtol=0, atol=atol)
+
+
+GROUP = [[0, 1], [0, 1], [2, 3]]  # target, a similar neighbor, an unrelated neighbor
+
+
+# --- pFedWN ------------------------------------------------------------------------------
+
+
+def test_pfedwn_with_a_1_equals_local():
+    ctx = make_ctx(GROUP)
+    overrides = {"a": 1.0, "warmup_rounds": 1, "em_steps": 2}  # full EM runs in round 2
+    state, pf = run("pfedwn", ctx, 3, overrides)
+    _, local = run("local", ctx, 3)
+    assert_trees_equal(pf, local)
+    pi = np.asarray(state.pi)
+    assert pi[0].sum() == pytest.approx(1.0, abs=1e-5) and pi[0, 0] == 0
+    assert np.all(pi[1:] == 0)  # only the target row aggregates
+    assert state.pi_trace.shape == (3, 3, 3)
+    np.testing.assert_allclose(state.pi_trace[0, 0], [0, 0.5, 0.5])  # uniform prior
+
+
+def test_pfedwn_with_a_0_one_neighbor_and_pi_1_takes_the_neighbors_model():
+    ctx = make_ctx([[0, 1], [2, 3]], lr=0.0)  # lr 0: training leaves models unchanged
+    alg = get_algorithm("pfedwn")
+    hp = make_hparams(alg, {"a": 0.0, "warmup_rounds": 0, "component_updates": False})
+    state = alg.init(jax.random.PRNGKey(0), ctx, hp)
+    params = jax.vmap(ctx.model.init)(jax.random.split(jax.random.PRNGKey(1), 2))
+    state = state._replace(clients=ClientState(params, state.clients.opt_state))
+    params = jax.tree.map(jnp.array, params)  # keep a copy: the round may donate its input
+    state = compiled_round("pfedwn", hp)(state, jax.random.PRNGKey(2), ctx)
+    np.testing.assert_allclose(state.pi, [[0.0, 1.0], [0.0, 0.0]])
+    after = alg.eval_params(state, ctx, hp)
+    for got, before in zip(leaves(after), leaves(params), strict=True):
+        np.testing.assert_array_equal(got[0], before[1])  # the target took the neighbor's
+        np.testing.assert_array_equal(got[1], before[1])  # the neighbor kept its own
+    assert max(np.abs(b[0] - b[1]).max() for b in leaves(params)) > 1e-3  # they differed
+
+
+def test_aggregation_matrix_is_eq5():
+    rng = np.random.default_rng(0)
+    pi = rng.uniform(size=(4, 4)) * (1 - np.eye(4))
+    pi[2] = 0.0  # a target without neighbors
+    pi /= np.maximum(pi.sum(1, keepdims=True), 1e-30)
+    apply = np.array([True, False, True, True])
+    got = np.asarray(aggregation_matrix(jnp.asarray(pi), 0.3, jnp.asarray(apply)))
+    for i in range(4):
+        ref = np.eye(4)[i] if (not apply[i] or i == 2) else 0.3 * np.eye(4)[i] + 0.7 * pi[i]
+        np.testing.assert_allclose(got[i], ref, atol=1e-6)
+
+
+def test_pfedwn_em_weights_the_similar_neighbor_in_network_mode():
+    """Network mode: every slot a target; slot 2 does not hear slot 0 (adjacency row)."""
+    adjacency = [[1, 1, 1], [1, 1, 0], [0, 1, 1]]
+    ctx = make_ctx(GROUP, adjacency, is_target=[True, True, True])
+    overrides = {"warmup_rounds": 2, "component_updates": False, "floor": 1e-4}
+    state, _ = run("pfedwn", ctx, 3, overrides)
+    pi = np.asarray(state.pi)
+    # target 0 (classes 0, 1): its similar neighbor 1 dominates, unrelated neighbor 2 ~ 0
+    assert pi[0, 1] > 0.95 and pi[0, 2] < 0.05
+    np.testing.assert_allclose(pi[1], [1, 0, 0], atol=1e-6)  # only neighbor on its row
+    np.testing.assert_allclose(pi[2], [0, 1, 0], atol=1e-6)
+    assert np.all(pi[~np.asarray(adjacency, bool)] == 0) and np.all(np.diag(pi) == 0)
+    pt, pn = em_pairs(np.asarray(adjacency, bool), np.ones(3, bool))
+    assert sorted(zip(pt.tolist(), pn.tolist(), strict=True)) == [(0, 1), (0, 2), (1, 0), (2, 1)]
+
+
+# --- FedAMP ------------------------------------------------------------------------------
+
+
+def test_fedamp_attention_matrix_matches_numpy_loop():
+    rng = np.random.default_rng(1)
+    d = rng.uniform(0, 3, size=(4, 4))
+    d = (d + d.T) * (1 - np.eye(4))
+    adj = np.array([[1, 1, 1, 1], [1, 1, 0, 1], [0, 0, 1, 0], [1, 1, 1, 1]], bool)
+    for alpha_k, sigma in [(0.2, 1.0), (5.0, 0.5)]:  # the second overshoots: rows rescaled
+        got = np.asarray(attention_matrix(jnp.asarray(d), jnp.asarray(adj), alpha_k, sigma))
+        ref = np.zeros((4, 4))
+        for i in range(4):
+            for j in range(4):
+                if j != i and adj[i, j]:
+                    ref[i, j] = alpha_k * np.exp(-d[i, j] / sigma) / sigma
+            if ref[i].sum() > 1:
+                ref[i] /= ref[i].sum()
+            ref[i, i] = 1 - ref[i].sum()
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-7)
+    # sigma tiny: exactly the identity for distinct models (no overflow, no NaN)
+    eye = np.asarray(attention_matrix(jnp.asarray(d + 0.1), jnp.asarray(adj), 1.0, 1e-30))
+    np.testing.assert_array_equal(eye, np.eye(4))
+
+
+def test_fedamp_tiny_sigma_behaves_like_local():
+    ctx = make_ctx(GROUP)
+    tiny = {"sigma": 1e-30}
+    # lam = 0: exactly Local (the cloud models are not used)
+    _, amp0 = run("fedamp", ctx, 2, {**tiny, "lam": 0.0})
+    local_state, local = run("local", ctx, 2)
+    assert_trees_equal(amp0, local)
+    # lam > 0: Local plus a proximal pull to the slot's own round-start model (u_i = w_i),
+    # built here directly from the engine and FedProx's proximal loss
+    _, amp = run("fedamp", ctx, 1, {**tiny, "lam": 0.5}, state=local_state)
+    prox = proximal_loss(default_loss(ctx.model), 0.5 / 1.0)
+    start = local_state.clients
+    ref, _ = local_train(
+        ctx.model,
+        ctx.optimizer,
+        start,
+        ctx.train,
+        ctx.data_client,
+        jax.random.PRNGKey(100),
+        batch_size=8,
+        loss_fn=prox,
+        aux=start.params,
+    )
+    assert_trees_equal(amp, ref.params, atol=1e-6)
+    # and the proximal gradient is really there: it moved less than plain Local would
+    _, local3 = run("local", ctx, 1, state=local_state)
+    moved = lambda p: sum(np.abs(a - b).sum() for a, b in zip(leaves(p), leaves(start.params)))
+    assert moved(amp) < moved(local3)
+
+
+def test_fedamp_proximal_gradient_is_lam_over_alpha_k_times_w_minus_u():
+    model = get_model("logreg", CLASSES, SHAPE)
+    data = make_data([[0, 1]])
+    w = model.init(jax.random.PRNGKey(0))
+    u = model.init(jax.random.PRNGKey(1))
+    x, y, wt = data.x[0, :8], data.y[0, :8], jnp.ones(8)
+    lam, alpha_k = 0.7, 0.2
+    loss = proximal_loss(default_loss(model), lam / alpha_k)
+    got = jax.grad(loss)(w, x, y, wt, u)
+    ce_grad = jax.grad(lambda p: per_sample_ce(model.apply(p, x), y).mean())(w)
+    ref = jax.tree.map(lambda g, a, b: g + lam / alpha_k * (a - b), ce_grad, w, u)
+    assert_trees_equal(got, ref, atol=1e-5)
+
+
+# --- Per-FedAvg --------------------------------------------------------------------------
+
+
+def test_perfedavg_alpha_0_equals_fedavg():
+    ctx = make_ctx(GROUP)
+    _, fedavg = run("fedavg", ctx, 2)
+    for variant in ("fo", "hf"):
+        _, per = run("perfedavg", ctx, 2, {"alpha": 0.0, "variant": variant, "split_batch": False})
+        assert_trees_equal(per, fedavg, atol=1e-6)
+
+
+def _batch():
+    model = get_model("logreg", CLASSES, SHAPE)
+    data = make_data([[0, 1, 2]])
+    w = model.init(jax.random.PRNGKey(3))
+    wt = jnp.asarray(np.r_[np.ones(10), np.zeros(2)], jnp.float32)  # two padded samples
+    return model, w, data.x[0, :12], data.y[0, :12], wt
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_perfedavg_meta_gradients_match_autodiff_through_the_inner_step(split):
+    model, w, x, y, wt = _batch()
+    base = default_loss(model)
+    alpha = 0.3
+    hp_fo = make_hparams(get_algorithm("perfedavg"), {"alpha": alpha, "split_batch": split})
+    hp_hf = make_hparams(
+        get_algorithm("perfedavg"), {"alpha": alpha, "variant": "hf", "split_batch": split}
+    )
+    pos = np.arange(12)
+    part = lambda k, r: wt * jnp.asarray(pos % k == r) if split else wt
+    step = lambda a, g: a - alpha * g
+    inner = lambda p, d: jax.tree.map(step, p, jax.grad(base)(p, x, y, d, None))
+    # FO: gradient of the outer loss at the adapted point
+    _, g_fo = meta_grad_fn(base, hp_fo)(w, x, y, wt, None, None)
+    adapted = inner(w, part(2, 0))
+    assert_trees_equal(g_fo, jax.grad(base)(adapted, x, y, part(2, 1), None), atol=1e-6)
+    # HF: (I - alpha H) grad; when the Hessian batch is the inner batch it is the exact MAML
+    # gradient, i.e. autodiff through the inner step
+    _, g_hf = meta_grad_fn(base, hp_hf)(w, x, y, wt, None, None)
+    if not split:
+        maml = jax.grad(lambda p: base(inner(p, wt), x, y, wt, None))(w)
+    else:  # inner D = parts 0, outer D' = 1, Hessian D'' = 2: (I - a H(D'')) grad f(w'; D')
+        g_out = jax.grad(base)(inner(w, part(3, 0)), x, y, part(3, 1), None)
+        hvp = jax.jvp(lambda p: jax.grad(base)(p, x, y, part(3, 2), None), (w,), (g_out,))[1]
+        maml = jax.tree.map(lambda g, h: g - alpha * h, g_out, hvp)
+    assert_trees_equal(g_hf, maml, atol=1e-5)
+
+
+def test_perfedavg_full_batch_grad_matches_direct_gradient():
+    model, w, _, _, _ = _batch()
+    data = make_data([[0, 1, 2]], n=23)
+    x, y = data.x[0], data.y[0]
+    mask = jnp.arange(23) < 19
+    got = full_batch_grad(model, w, x, y, mask, chunk=5)  # 5 chunks, the last partial
+    ref = jax.grad(lambda p: (per_sample_ce(model.apply(p, x), y) * mask).sum() / 19)(w)
+    assert_trees_equal(got, ref, atol=1e-6)
+
+
+# --- hyperparameters ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "overrides", "match"),
+    [
+        ("pfedwn", {"a": 1.5}, r"pfedwn\.a"),
+        ("pfedwn", {"floor": 0.01}, r"pfedwn\.floor"),
+        ("pfedwn", {"em_every": -1}, r"pfedwn\.em_every"),
+        ("pfedwn", {"component_updates": "yes"}, r"pfedwn\.component_updates"),
+        ("perfedavg", {"variant": "so"}, r"perfedavg\.variant"),
+        ("perfedavg", {"alpha": -1.0}, r"perfedavg\.alpha"),
+        ("fedamp", {"sigma": 0.0}, r"fedamp\.sigma"),
+        ("fedamp", {"alpha_k": -1.0}, r"fedamp\.alpha_k"),
+    ],
+)
+def test_bad_hparams_are_value_errors(name, overrides, match):
+    with pytest.raises(ValueError, match=match):
+        make_hparams(get_algorithm(name), overrides)
