@@ -14,12 +14,14 @@ from pfedwn_jax.wireless.channel import (
     threshold_moments,
     transmit_probability,
 )
+from pfedwn_jax.wireless.montecarlo import INTERFERENCE_MODES, simulate_links
 from pfedwn_jax.wireless.params import SPEED_OF_LIGHT, ChannelParams
 from pfedwn_jax.wireless.perr import error_probability, link_geometry
 from pfedwn_jax.wireless.selection import select_neighbors
 from pfedwn_jax.wireless.topology import place_uniform, sample_ppp
 
 __all__ = [
+    "INTERFERENCE_MODES",
     "MOMENT_MODES",
     "SPEED_OF_LIGHT",
     "ChannelParams",
@@ -34,6 +36,7 @@ __all__ = [
     "rayleigh_pdf",
     "sample_ppp",
     "select_neighbors",
+    "simulate_links",
     "threshold_moments",
     "transmit_probability",
 ]

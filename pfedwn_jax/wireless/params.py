@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pfedwn_jax._checks import check_range
+from pfedwn_jax._checks import check_finite, check_range
 
 SPEED_OF_LIGHT = 299_792_458.0  # m/s
 
@@ -74,6 +74,7 @@ class ChannelParams:
             arr = _concrete_numeric(getattr(self, name))
             if arr is None:
                 continue
+            check_finite(f"ChannelParams.{name}", arr.astype(float))
             check_range(f"ChannelParams.{name}", arr, low, None, low_inclusive=low_inc,
                         high_inclusive=False)
             if name == "num_subchannels" and not np.all(np.mod(arr, 1) == 0):
