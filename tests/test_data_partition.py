@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from pfedwn_jax.data import SCHEMES, label_counts, label_skew, partition
@@ -115,6 +117,15 @@ def test_paper_scheme_gives_orphan_classes_a_holder():
     assert_exact_cover(parts, labels.size)
 
 
+def test_minimum_when_a_clients_classes_run_out():
+    # Class 0 has 3 samples: clients holding only class 0 must also take class 1.
+    labels = np.array([0] * 3 + [1] * 100)
+    for seed in range(5):
+        parts = partition(labels, 20, "paper", seed=seed, alpha=0.1, min_samples=5)
+        assert_exact_cover(parts, labels.size)
+        assert min(p.size for p in parts) >= 5
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
@@ -148,3 +159,25 @@ def test_label_skew_hand_computed():
     # pool distribution (0.5, 0.5); client 0 = (1, 0) -> TV 0.5; client 1 = (0, 1) -> 0.5.
     assert label_skew(np.array([[4, 0], [0, 4]])) == pytest.approx(0.5)
     assert label_skew(np.array([[2, 2], [3, 3]])) == pytest.approx(0.0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    scheme=st.sampled_from(SCHEMES),
+    num_clients=st.integers(1, 30),
+    num_classes=st.integers(2, 12),
+    n=st.integers(60, 400),
+    alpha=st.floats(1e-3, 1e3),
+    seed=st.integers(0, 2**31),
+)
+def test_property_exact_cover_and_minimum(scheme, num_clients, num_classes, n, alpha, seed):
+    labels = np.random.default_rng(seed).integers(0, num_classes, size=n)
+    # pathological only checks the minimum (an uneven class may leave a holder tiny).
+    min_samples = 0 if scheme == "pathological" else min(2, n // num_clients)
+    k = -(-num_classes // num_clients)  # enough classes per client to cover all
+    parts = partition(
+        labels, num_clients, scheme, seed=seed, alpha=alpha, min_samples=min_samples,
+        classes_per_client=min(k, num_classes), num_classes=num_classes,
+    )
+    assert_exact_cover(parts, n)
+    assert min(p.size for p in parts) >= min_samples

@@ -13,6 +13,7 @@ from pfedwn_jax.data import (
     DatasetUnavailableError,
     load_dataset,
     load_npz,
+    make_federated,
     tfds_source,
 )
 from pfedwn_jax.data.datasets import EMBEDDED
@@ -49,6 +50,8 @@ def test_npz_path_on_shared_mnist():
     with np.load(path) as raw:
         np.testing.assert_array_equal(ds.x_train[..., 0], raw["x_train"])
         np.testing.assert_array_equal(ds.y_test, raw["y_test"])
+    fed = make_federated(f"npz:{path}", 11, "paper", seed=0, device=False)
+    assert int(fed.train.count.sum() + fed.test.count.sum()) == 12000
 
 
 def test_npz_colour_images_and_train_only(tmp_path):

@@ -18,7 +18,8 @@ Schemes:
 
 Minimum size (`"paper"`, `"dirichlet"`): before the Dirichlet split each client receives
 `min_samples` samples drawn uniformly from the still-unassigned samples of the classes it
-holds; the rest follows the Dirichlet proportions. This guarantees the minimum in one pass
+holds (in the rare case those are exhausted, it takes on further random classes until they
+suffice); the rest follows the Dirichlet proportions. This guarantees the minimum in one pass
 (rejection sampling, the other common choice, almost never succeeds with small alpha and
 tens of clients). `"iid"` and `"pathological"` are near-balanced by construction and only
 check it. Too few samples for the minimum is a `ValueError`.
@@ -89,12 +90,10 @@ def _dirichlet_split(
     if min_samples > 0:
         for n in rng.permutation(num_clients):
             cand = np.flatnonzero(free & holds[n][labels])
-            if cand.size < min_samples:
-                raise ValueError(
-                    f"min_samples={min_samples} cannot be met: client {n} holds classes "
-                    f"{np.flatnonzero(holds[n]).tolist()} with only {cand.size} unassigned "
-                    "samples left; lower min_samples or use fewer clients"
-                )
+            while cand.size < min_samples:  # its classes are exhausted: it takes on another
+                avail = np.bincount(labels[free], minlength=num_classes) > 0
+                holds[n, rng.choice(np.flatnonzero(avail & ~holds[n]))] = True
+                cand = np.flatnonzero(free & holds[n][labels])
             take = rng.choice(cand, size=min_samples, replace=False)
             free[take] = False
             parts[n].append(take)
