@@ -20,9 +20,8 @@ import numpy as np
 
 from pfedwn_jax._checks import check_choice, check_int, is_concrete
 from pfedwn_jax.wireless._inputs import link_inputs
-from pfedwn_jax.wireless.channel import interferer_moments
 from pfedwn_jax.wireless.params import ChannelParams
-from pfedwn_jax.wireless.perr import link_geometry
+from pfedwn_jax.wireless.perr import link_geometry, moment_coefficients
 
 INTERFERENCE_MODES = ("physical", "lognormal")
 
@@ -47,9 +46,8 @@ def _physical(key: Any, log_c: Any, rho: Any, gamma_th: Any, valid: Any,
 
 
 def _lognormal(key: Any, log_c: Any, rho: Any, gamma_th: Any, valid: Any,
-               params: ChannelParams, num_draws: int, moments: str) -> Any:
+               params: ChannelParams, m1: Any, var1: Any, num_draws: int) -> Any:
     k_h, k_i = jax.random.split(key)
-    m1, var1 = interferer_moments(params, moments, log_c.dtype)
     mean = m1 * jnp.sum(rho, axis=-1)  # E[I] / c_s
     var = var1 * jnp.sum(rho * rho, axis=-1)
     has = mean > 0
@@ -67,16 +65,16 @@ def _lognormal(key: Any, log_c: Any, rho: Any, gamma_th: Any, valid: Any,
 
 
 def _simulate_impl(key: Any, target: Any, neighbor: Any, gamma_th: Any, valid: Any,
-                   params: ChannelParams, num_draws: int, interference: str, moments: str,
-                   num_sub: int) -> Any:
+                   params: ChannelParams, m1: Any, var1: Any, num_draws: int,
+                   interference: str, num_sub: int) -> Any:
     _, log_c, rho = link_geometry(target, neighbor, valid, params)
     if interference == "physical":
         return _physical(key, log_c, rho, gamma_th, valid, params, num_draws, num_sub)
-    return _lognormal(key, log_c, rho, gamma_th, valid, params, num_draws, moments)
+    return _lognormal(key, log_c, rho, gamma_th, valid, params, m1, var1, num_draws)
 
 
 _simulate_jit = jax.jit(_simulate_impl,
-                        static_argnames=("num_draws", "interference", "moments", "num_sub"))
+                        static_argnames=("num_draws", "interference", "num_sub"))
 
 
 def simulate_links(key: Any, target_xy: Any, neighbor_xy: Any, gamma_th: Any, num_draws: int,
@@ -98,6 +96,6 @@ def simulate_links(key: Any, target_xy: Any, neighbor_xy: Any, gamma_th: Any, nu
     num_sub = int(np.asarray(params.num_subchannels))
     target, neighbor, gamma, valid_arr, params = link_inputs(
         target_xy, neighbor_xy, gamma_th, valid, params, moments)
-    return _simulate_jit(key, target, neighbor, gamma, valid_arr, params,
-                         num_draws=num_draws, interference=interference, moments=moments,
-                         num_sub=num_sub)
+    m1, var1 = moment_coefficients(params, moments=moments)
+    return _simulate_jit(key, target, neighbor, gamma, valid_arr, params, m1, var1,
+                         num_draws=num_draws, interference=interference, num_sub=num_sub)

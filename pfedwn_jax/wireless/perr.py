@@ -45,11 +45,20 @@ def link_geometry(target: Any, neighbor: Any, valid: Any, params: ChannelParams
     return d, log_c, rho
 
 
+def _moments_impl(params: ChannelParams, moments: str) -> tuple[Any, Any]:
+    dtype = jnp.asarray(params.rayleigh_gamma).dtype
+    return interferer_moments(params, moments, dtype)
+
+
+# The mode only changes two scalars: computing them apart lets one compiled P_err core serve
+# every mode.
+moment_coefficients = jax.jit(_moments_impl, static_argnames="moments")
+
+
 def _perr_impl(target: Any, neighbor: Any, gamma_th: Any, valid: Any,
-               params: ChannelParams, moments: str, num_nodes: int) -> Any:
+               params: ChannelParams, m1: Any, var1: Any, num_nodes: int) -> Any:
     dtype = target.dtype
     _, log_c, rho = link_geometry(target, neighbor, valid, params)
-    m1, var1 = interferer_moments(params, moments, dtype)
     mean = m1 * jnp.sum(rho, axis=-1)  # E[I] / c_s
     var = var1 * jnp.sum(rho * rho, axis=-1)  # D[I] / c_s^2
     has_intf = mean > 0
@@ -82,7 +91,7 @@ def _perr_impl(target: Any, neighbor: Any, gamma_th: Any, valid: Any,
     return jnp.where(valid, jnp.clip(perr, 0.0, 1.0), 1.0)
 
 
-_perr_jit = jax.jit(_perr_impl, static_argnames=("moments", "num_nodes"))
+_perr_jit = jax.jit(_perr_impl, static_argnames="num_nodes")
 
 
 def error_probability(target_xy: Any, neighbor_xy: Any, gamma_th: Any,
@@ -106,7 +115,7 @@ def error_probability(target_xy: Any, neighbor_xy: Any, gamma_th: Any,
     num_nodes = check_int("num_nodes", num_nodes, 2, 4096)
     target, neighbor, gamma, valid_arr, params = link_inputs(
         target_xy, neighbor_xy, gamma_th, valid, params, moments)
-    return _perr_jit(target, neighbor, gamma, valid_arr, params, moments=moments,
-                     num_nodes=num_nodes)
+    m1, var1 = moment_coefficients(params, moments=moments)
+    return _perr_jit(target, neighbor, gamma, valid_arr, params, m1, var1, num_nodes=num_nodes)
 
 
