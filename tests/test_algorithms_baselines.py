@@ -56,12 +56,18 @@ def copy(tree):
     return jax.tree_util.tree_map(jnp.array, tree)
 
 
+def jit_round(alg, hp):
+    """The round compiled once (as the runner does), context passed as a pytree argument."""
+    return jax.jit(lambda state, key, ctx: alg.round(state, key, ctx, hp))
+
+
 def run_rounds(name, ctx, rounds, hp_overrides=None, seed=0):
     alg = get_algorithm(name)
     hp = make_hparams(alg, hp_overrides)
+    step = jit_round(alg, hp)
     state = alg.init(jax.random.PRNGKey(seed), ctx, hp)
     for r in range(rounds):
-        state = alg.round(state, jax.random.PRNGKey(100 + r), ctx, hp)
+        state = step(state, jax.random.PRNGKey(100 + r), ctx)
     return alg.eval_params(state, ctx, hp)
 
 
@@ -108,8 +114,10 @@ def test_fedavg_aggregate_is_the_sample_weighted_mean(adjacency):
     hp = make_hparams(local)
     state0 = local.init(jax.random.PRNGKey(0), ctx, hp)
     # one round of local training alone, and one FedAvg round from the same state and key
-    trained = leaves64(local.eval_params(local.round(copy(state0), key, ctx, hp), ctx, hp))
-    averaged = leaves64(fedavg.eval_params(fedavg.round(copy(state0), key, ctx, hp), ctx, hp))
+    trained = leaves64(local.eval_params(jit_round(local, hp)(copy(state0), key, ctx), ctx, hp))
+    averaged = leaves64(
+        fedavg.eval_params(jit_round(fedavg, hp)(copy(state0), key, ctx), ctx, hp)
+    )
     adj = np.ones((4, 4), bool) if adjacency is None else np.asarray(adjacency, bool)
     n = np.asarray(counts, np.float64)
     for p, got in zip(trained, averaged, strict=True):
@@ -155,18 +163,16 @@ def test_fedprox_matches_proximal_gradient_descent(mu):
     ctx = make_ctx([12], lr=lr, batch_size=16, epochs=epochs)
     alg = get_algorithm("fedprox")
     hp = make_hparams(alg, {"mu": mu})
+    step = jit_round(alg, hp)
     state = alg.init(jax.random.PRNGKey(0), ctx, hp)
     w0 = jax.tree_util.tree_map(lambda p: p[0], copy(state.clients.params))
     for r in range(rounds):
-        state = alg.round(state, jax.random.PRNGKey(r), ctx, hp)
+        state = step(state, jax.random.PRNGKey(r), ctx)
     got = jax.tree_util.tree_map(lambda p: p[0], alg.eval_params(state, ctx, hp))
     want = _gd_reference(ctx, w0, rounds, epochs, lr, mu)
     for a, b in zip(leaves64(got), leaves64(want), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
-
-
-def test_fedprox_term_changes_the_result():
-    ctx = make_ctx([12], lr=0.5, batch_size=16, epochs=3)
-    a = leaves64(run_rounds("fedprox", ctx, 2, {"mu": 0.0}))
-    b = leaves64(run_rounds("fedprox", ctx, 2, {"mu": 2.0}))
-    assert max(np.abs(x - y).max() for x, y in zip(a, b, strict=True)) > 1e-3
+    if mu > 0:  # the proximal term matters here: plain GD ends elsewhere
+        plain = _gd_reference(ctx, w0, rounds, epochs, lr, 0.0)
+        assert max(np.abs(a - b).max() for a, b in zip(leaves64(got), leaves64(plain),
+                                                        strict=True)) > 1e-3

@@ -68,9 +68,15 @@ def build_model(config: ExperimentConfig, num_classes: int, input_shape: tuple[i
 
 
 def build_optimizer(config: ExperimentConfig):
+    """SGD; equal settings give the same object, so compiled rounds are reused in-process."""
+    return _sgd(float(config.lr), float(config.momentum))
+
+
+@functools.lru_cache(maxsize=16)
+def _sgd(lr: float, momentum: float):
     import optax
 
-    return optax.sgd(config.lr, momentum=config.momentum or None)
+    return optax.sgd(lr, momentum=momentum or None)
 
 
 def build_context(config: ExperimentConfig, fed: Federation, data, model, optimizer):
@@ -112,6 +118,13 @@ def _step(alg, hp, state, key, ctx, test):
     metrics = evaluate(ctx.model, params, test, ctx.data_client)
     records = alg.records(state, ctx, hp) if alg.records is not None else {}
     return state, metrics, records
+
+
+@functools.lru_cache(maxsize=32)
+def jitted_step(alg, hp):
+    """The jitted round of `alg` with hyperparameters `hp` (cached: one compile per process
+    for equal algorithm, hyperparameters, context structure and shapes)."""
+    return jax.jit(functools.partial(_step, alg, hp), donate_argnums=0)
 
 
 def round_keys(seed: int) -> tuple[jax.Array, jax.Array]:
@@ -256,7 +269,7 @@ def run(
     for name, alg, hp in methods:
         if name in done:
             continue
-        step = jax.jit(functools.partial(_step, alg, hp), donate_argnums=0)
+        step = jitted_step(alg, hp)
         state = alg.init(init_key, ctx, hp)
         entry = _new_method_entry(name, hp)
         start = 0
