@@ -103,7 +103,8 @@ def test_pfedwn_with_a_1_equals_local():
     pi = np.asarray(state.pi)
     assert pi[0].sum() == pytest.approx(1.0, abs=1e-5) and pi[0, 0] == 0
     assert np.all(pi[1:] == 0)  # only the target row aggregates
-    assert state.pi_trace.shape == (3, 3, 3)
+    assert state.pi_trace.shape == (4, 3, 3)  # prior, 2 EM steps, final
+    np.testing.assert_array_equal(state.pi_trace[-1], state.pi)
     np.testing.assert_allclose(state.pi_trace[0, 0], [0, 0.5, 0.5])  # uniform prior
 
 

@@ -26,8 +26,8 @@ the received neighbor models as the mixture components:
 - ``floor`` keeps every selected neighbor's weight at least that large.
 
 Records per round: ``pi [S, S]`` (row i: target i's weights over its neighbors, 0 elsewhere)
-and ``pi_trace [em_steps + 1, S, S]`` (pi after each outer EM step of the latest estimate,
-starting from the uniform prior: the paper's Fig. 8 curve).
+and ``pi_trace [em_steps + 2, S, S]`` (the latest estimate's path: uniform prior, pi after
+each outer EM step, final refined pi: the paper's Fig. 8 curve).
 """
 
 from __future__ import annotations
@@ -104,7 +104,8 @@ class PFedWNState(NamedTuple):
       clients: stacked engine ``ClientState`` of the S slots.
       pi: ``[S, S]`` aggregation weights (row i sums to 1 over target i's neighbors once
         estimated; 0 before the first estimate and on non-target rows).
-      pi_trace: ``[em_steps + 1, S, S]`` pi after each outer EM step of the latest estimate.
+      pi_trace: ``[em_steps + 2, S, S]`` the latest estimate's path: the uniform prior, pi
+        after each outer EM step, and the final (refined) pi.
       rounds_done: ``[]`` int32, completed rounds.
       train_loss: ``[S]`` mean local training loss of the last round.
       pair_target: ``[P]`` int32 target slot of each EM component (target, neighbor) pair.
@@ -167,7 +168,7 @@ def estimate_pi(
 ) -> tuple[jax.Array, jax.Array]:
     """EM estimate of pi from the slots' current models (see the module docstring).
 
-    Returns ``(pi [S, S], trace [em_steps + 1, S, S])``.
+    Returns ``(pi [S, S], trace [em_steps + 2, S, S])`` (prior, each outer step, final).
     """
     from pfedwn_jax.engine import ClientState, cross_evaluate, local_train
     from pfedwn_jax.engine.tree import take_slots
@@ -209,7 +210,7 @@ def estimate_pi(
     pi = estimate_weights(
         losses, smask, nmask, pi, num_iters=hp.em_iters, tol=hp.em_tol, floor=hp.floor
     )
-    return pi, trace
+    return pi, jnp.concatenate([trace, pi[None]], axis=0)
 
 
 def init(key: jax.Array, ctx: RoundContext, hp: PFedWNHParams) -> PFedWNState:
@@ -219,7 +220,7 @@ def init(key: jax.Array, ctx: RoundContext, hp: PFedWNHParams) -> PFedWNState:
     return PFedWNState(
         clients=init_clients(key, ctx),
         pi=zeros,
-        pi_trace=jnp.zeros((hp.em_steps + 1, s, s), jnp.float32),
+        pi_trace=jnp.zeros((hp.em_steps + 2, s, s), jnp.float32),
         rounds_done=jnp.zeros((), jnp.int32),
         train_loss=jnp.zeros((s,), jnp.float32),
         pair_target=pt,
