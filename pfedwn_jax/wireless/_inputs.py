@@ -45,12 +45,18 @@ def link_inputs(target_xy: Any, neighbor_xy: Any, gamma_th: Any, valid: Any,
     if len(n_shape) < 2 or n_shape[-1] != 2 or n_shape[-2] < 1:
         raise ValueError(
             f"neighbor_xy must have shape [..., n, 2] with n >= 1; got {list(n_shape)}")
+    v_shape = None if valid is None else _shape("valid", valid)
+    if v_shape is not None and (len(v_shape) < 1 or v_shape[-1] not in (1, n_shape[-2])):
+        raise ValueError(
+            f"valid must have shape [..., n] with n = {n_shape[-2]}; got {list(v_shape)}")
+    shapes = [t_shape[:-1], n_shape[:-2], g_shape] + ([] if v_shape is None else [v_shape[:-1]])
     try:
-        batch = jnp.broadcast_shapes(t_shape[:-1], n_shape[:-2], g_shape)
+        batch = jnp.broadcast_shapes(*shapes)
     except ValueError as e:
         raise ValueError(
             f"batch shapes do not broadcast: target_xy {list(t_shape)} ([..., 2]), "
             f"neighbor_xy {list(n_shape)} ([..., n, 2]), gamma_th {list(g_shape)} ([...])"
+            + ("" if v_shape is None else f", valid {list(v_shape)} ([..., n])")
         ) from e
     n = n_shape[-2]
     for name, x in (("target_xy", target_xy), ("neighbor_xy", neighbor_xy),
@@ -60,14 +66,6 @@ def link_inputs(target_xy: Any, neighbor_xy: Any, gamma_th: Any, valid: Any,
     if valid is None:
         valid_arr = jnp.ones((*batch, n), bool)
     else:
-        v_shape = _shape("valid", valid)
-        try:
-            full = jnp.broadcast_shapes(v_shape, (*batch, n))
-        except ValueError:
-            full = None
-        if full != (*batch, n):
-            raise ValueError(
-                f"valid must broadcast to [..., n] = {[*batch, n]}; got {list(v_shape)}")
         if is_concrete(valid) and np.asarray(valid).dtype != bool:
             raise ValueError(f"valid must be a boolean mask; got dtype {np.asarray(valid).dtype}")
         valid_arr = jnp.broadcast_to(jnp.asarray(valid, bool), (*batch, n))
