@@ -37,6 +37,8 @@ from pfedwn_jax.algorithms.fedavg import train_then_average
 from pfedwn_jax.algorithms.local import BaselineState, init_baseline, train_loss_record
 
 VARIANTS = ("fo", "hf")
+#: Samples per chunk of the evaluation's full-batch gradient (memory of one such batch).
+EVAL_CHUNK = 256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,9 +151,10 @@ def eval_params(state: BaselineState, ctx: RoundContext, hp: PerFedAvgHParams):
     if hp.alpha == 0:
         return params
     train = ctx.train
+    chunk = max(ctx.batch_size, EVAL_CHUNK)
 
     def one(p, c):
-        g = full_batch_grad(ctx.model, p, train.x[c], train.y[c], train.mask[c], ctx.batch_size)
+        g = full_batch_grad(ctx.model, p, train.x[c], train.y[c], train.mask[c], chunk)
         return _axpy(-hp.alpha, g, p)
 
     return jax.vmap(one)(params, ctx.data_client)

@@ -64,7 +64,7 @@ class PFedWNHParams:
       component_updates: run App. B's M-step 2 (responsibility-weighted training of the
         component models on the target's data) in each outer EM step (paper Alg. 1; default
         True); False keeps the received neighbor models fixed.
-      em_steps: outer EM steps (E, M-pi and, if enabled, M-w) per estimate (ours: 5).
+      em_steps: outer EM steps (E, M-pi and, if enabled, M-w) per estimate (ours: 3).
       em_iters: maximum fixed-model EM iterations of the final refinement (ours: 200).
       em_tol: stop the refinement when ``max |delta pi| < em_tol`` (ours: 1e-5).
       floor: lower bound of every selected neighbor's weight (ours: 1e-4; the issue asks for
@@ -76,7 +76,7 @@ class PFedWNHParams:
     warmup_rounds: int = 1
     em_every: int = 0
     component_updates: bool = True
-    em_steps: int = 5
+    em_steps: int = 3
     em_iters: int = 200
     em_tol: float = 1e-5
     floor: float = 1e-4
