@@ -16,7 +16,12 @@ from pfedwn_jax.wireless.channel import (
 )
 from pfedwn_jax.wireless.montecarlo import INTERFERENCE_MODES, simulate_links
 from pfedwn_jax.wireless.params import SPEED_OF_LIGHT, ChannelParams
-from pfedwn_jax.wireless.perr import error_probability, link_geometry
+from pfedwn_jax.wireless.perr import (
+    error_probability,
+    interference_ratios,
+    link_geometry,
+    power_ratio_matrix,
+)
 from pfedwn_jax.wireless.selection import select_neighbors
 from pfedwn_jax.wireless.topology import place_uniform, sample_ppp
 
@@ -28,11 +33,13 @@ __all__ = [
     "best_channel_moments",
     "error_probability",
     "interference_ccdf",
+    "interference_ratios",
     "interferer_moments",
     "link_geometry",
     "lognormal_params",
     "path_gain",
     "place_uniform",
+    "power_ratio_matrix",
     "rayleigh_pdf",
     "sample_ppp",
     "select_neighbors",

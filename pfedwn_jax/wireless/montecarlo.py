@@ -21,18 +21,20 @@ import numpy as np
 from pfedwn_jax._checks import check_choice, check_int, is_concrete
 from pfedwn_jax.wireless._inputs import link_inputs
 from pfedwn_jax.wireless.params import ChannelParams
-from pfedwn_jax.wireless.perr import link_geometry, moment_coefficients
+from pfedwn_jax.wireless.perr import (
+    _log_noise,
+    interference_ratios,
+    link_geometry,
+    moment_coefficients,
+    power_ratio_matrix,
+)
 
 INTERFERENCE_MODES = ("physical", "lognormal")
 
 
-def _log_noise(params: ChannelParams) -> Any:
-    return (jnp.log(params.boltzmann) + jnp.log(params.noise_temp_k)
-            + jnp.log(params.bandwidth_hz))
-
-
-def _physical(key: Any, log_c: Any, rho: Any, gamma_th: Any, valid: Any,
+def _physical(key: Any, log_c: Any, rel: Any, gamma_th: Any, valid: Any,
               params: ChannelParams, num_draws: int, num_sub: int) -> Any:
+    rho = power_ratio_matrix(rel)
     shape = (num_draws, *valid.shape, num_sub)
     u = jax.random.exponential(key, shape, log_c.dtype)  # h^2 / Gamma per sub-channel
     u_max = jnp.max(u, axis=-1)
@@ -45,11 +47,12 @@ def _physical(key: Any, log_c: Any, rho: Any, gamma_th: Any, valid: Any,
     return tx & (u_max >= gamma_th[..., None] * (noise + interf))
 
 
-def _lognormal(key: Any, log_c: Any, rho: Any, gamma_th: Any, valid: Any,
+def _lognormal(key: Any, log_c: Any, rel: Any, gamma_th: Any, valid: Any,
                params: ChannelParams, m1: Any, var1: Any, num_draws: int) -> Any:
     k_h, k_i = jax.random.split(key)
-    mean = m1 * jnp.sum(rho, axis=-1)  # E[I] / c_s
-    var = var1 * jnp.sum(rho * rho, axis=-1)
+    s1, s2 = interference_ratios(rel)
+    mean = m1 * s1  # E[I] / c_s
+    var = var1 * s2
     has = mean > 0
     mean_s = jnp.where(has, mean, 1.0)
     s2 = jnp.log1p(jnp.where(has, var, 1.0) / mean_s**2)
@@ -67,10 +70,10 @@ def _lognormal(key: Any, log_c: Any, rho: Any, gamma_th: Any, valid: Any,
 def _simulate_impl(key: Any, target: Any, neighbor: Any, gamma_th: Any, valid: Any,
                    params: ChannelParams, m1: Any, var1: Any, num_draws: int,
                    interference: str, num_sub: int) -> Any:
-    _, log_c, rho = link_geometry(target, neighbor, valid, params)
+    _, log_c, rel = link_geometry(target, neighbor, valid, params)
     if interference == "physical":
-        return _physical(key, log_c, rho, gamma_th, valid, params, num_draws, num_sub)
-    return _lognormal(key, log_c, rho, gamma_th, valid, params, m1, var1, num_draws)
+        return _physical(key, log_c, rel, gamma_th, valid, params, num_draws, num_sub)
+    return _lognormal(key, log_c, rel, gamma_th, valid, params, m1, var1, num_draws)
 
 
 _simulate_jit = jax.jit(_simulate_impl,
