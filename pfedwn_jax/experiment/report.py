@@ -60,6 +60,7 @@ def plot_learning_curves(result: Result, path: str | Path) -> Path | None:
     for name in result.methods:
         acc = result.target_accuracy(name)
         ax.plot(np.arange(1, len(acc) + 1), 100 * acc, label=name, lw=1.6)
+    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_xlabel("communication round")
     ax.set_ylabel("target test accuracy (%)")
     ax.set_title(describe_network(result).split(";")[0], fontsize=8)
