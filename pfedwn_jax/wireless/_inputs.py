@@ -68,12 +68,22 @@ def link_inputs(target_xy: Any, neighbor_xy: Any, gamma_th: Any, valid: Any,
     else:
         if is_concrete(valid) and np.asarray(valid).dtype != bool:
             raise ValueError(f"valid must be a boolean mask; got dtype {np.asarray(valid).dtype}")
-        valid_arr = jnp.broadcast_to(jnp.asarray(valid, bool), (*batch, n))
+        valid_arr = _as(valid, bool, (*batch, n))
     dtype = float_dtype()
-    target = jnp.broadcast_to(jnp.asarray(target_xy, dtype), (*batch, 2))
-    neighbor = jnp.broadcast_to(jnp.asarray(neighbor_xy, dtype), (*batch, n, 2))
-    gamma = jnp.broadcast_to(jnp.asarray(gamma_th, dtype), batch)
-    return target, neighbor, gamma, valid_arr, params.as_dtype(dtype)
+    target = _as(target_xy, dtype, (*batch, 2))
+    neighbor = _as(neighbor_xy, dtype, (*batch, n, 2))
+    gamma = _as(gamma_th, dtype, batch)
+    # params go to the jitted cores as they are: Python-number fields are weakly typed, so
+    # they follow the positions' dtype and new values never trigger recompilation.
+    return target, neighbor, gamma, valid_arr, params
+
+
+def _as(x: Any, dtype: Any, shape: tuple[int, ...]) -> Any:
+    """`x` as a `dtype` array of `shape` (broadcasting only when needed)."""
+    if not isinstance(x, jax.core.Tracer):
+        x = np.asarray(x, dtype)  # one host-side conversion, one transfer
+    x = jnp.asarray(x, dtype)
+    return x if x.shape == shape else jnp.broadcast_to(x, shape)
 
 
 def is_traced(*xs: Any) -> bool:

@@ -12,7 +12,6 @@ import dataclasses
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from pfedwn_jax._checks import check_finite, check_range
@@ -96,11 +95,6 @@ class ChannelParams:
     def replace(self, **changes: Any) -> ChannelParams:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
-
-    def as_dtype(self, dtype: Any) -> ChannelParams:
-        """Every field as a `dtype` array (so jitted cores see one signature per dtype)."""
-        return ChannelParams(**{f.name: jnp.asarray(getattr(self, f.name), dtype)
-                                for f in dataclasses.fields(self)})
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-Python dict of the fields (arrays become lists), for JSON records."""

@@ -13,6 +13,7 @@ done by one Gauss-Legendre rule for all links at once. Truncations cost < 1e-17.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
@@ -170,17 +171,18 @@ def default_num_nodes(target_xy: Any, neighbor_xy: Any, gamma_th: Any,
     """Node count for a call: `EASY_NODES[dtype]` if provably easy, else `ROBUST_NODES`.
 
     Easy means min over links of s0 = b - kappa is >= 1, checked on the host with the
-    weakest possible link (the diagonal of the points' bounding box) and the largest
+    weakest possible link (a bound on the points' bounding-box diagonal) and the largest
     gamma_th. Any traced input makes the call "not provably easy".
     """
     try:
-        pts = np.concatenate([np.asarray(target_xy, float).reshape(-1, 2),
-                              np.asarray(neighbor_xy, float).reshape(-1, 2)])
+        coords = [np.asarray(x, float).ravel() for x in (target_xy, neighbor_xy)]
         g_max = float(np.max(np.asarray(gamma_th, float)))
         f = {k: np.asarray(getattr(params, k), float) for k in _EASY_FIELDS}
     except Exception:  # tracers
         return ROBUST_NODES
-    d_max = float(np.hypot(*np.ptp(pts, axis=0)))
+    # a cheap bound: sqrt(2) x the spread of all coordinates >= the bounding-box diagonal
+    span = max(float(c.max()) for c in coords) - min(float(c.min()) for c in coords)
+    d_max = math.sqrt(2.0) * span
     lam = SPEED_OF_LIGHT / f["freq_hz"]
     c_min = (f["tx_power_w"] * (lam / (4 * np.pi * f["d0_m"])) ** 2
              * (f["d0_m"] / np.maximum(d_max, f["d0_m"])) ** f["pathloss_exp"])
