@@ -1,0 +1,309 @@
+"""One FedAvg round (1 local epoch, batch 32): the engine vs a Python loop vs one big batch.
+
+Cases: N clients with sample counts drawn uniformly in 64..600 (seed 0) from real MNIST
+images, for the MLP and the CNN. Three executions of the same arithmetic, side by side:
+
+- engine:   `local_train` over all N stacked slots + weighted average, one jitted program.
+- loop:     a Python loop over clients calling a jitted per-client epoch (one compiled program
+            per distinct step count), accumulating the weighted average on the device; the
+            execution model of existing JAX FL libraries.
+- bigbatch: one model trained on all the same samples at batch 32*N (the hardware's best case
+            for the same number of sample-gradients).
+
+Each (model, N, method) runs in its own subprocess so its peak RSS (`ru_maxrss`, which includes
+the ~N*600*784 bytes of client data) is its own. Reports samples/s (median of `--repeats`
+rounds after one warm-up), compile time and peak memory.
+
+    python benchmarks/bench_engine.py                                  # all cases, table + JSON
+    python benchmarks/bench_engine.py --model cnn --clients 100 --json # one case, one JSON object
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+METHODS = ("engine", "loop", "bigbatch")
+DATA_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+BATCH = 32
+
+
+def client_counts(num_clients: int):
+    import numpy as np
+
+    return np.random.default_rng(0).integers(64, 601, num_clients)
+
+
+def make_data(num_clients: int):
+    """Stacked ClientData of real MNIST images (cycled when N*600 exceeds the file)."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from pfedwn_jax.data.client_data import ClientData
+
+    counts = client_counts(num_clients)
+    max_samples = 600
+    for name in ("mnist.npz", "mnist_10k_2k.npz"):
+        if (DATA_DIR / name).exists():
+            raw = np.load(DATA_DIR / name)
+            images, labels = raw["x_train"], raw["y_train"].astype(np.int32)
+            break
+    else:  # keeps the benchmark runnable without the data folder (timings are the same)
+        rng = np.random.default_rng(0)
+        images = rng.integers(0, 256, (10000, 28, 28), dtype=np.uint8)
+        labels = rng.integers(0, 10, 10000).astype(np.int32)
+    offsets = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    pos = (offsets[:, None] + np.arange(max_samples)[None, :]) % len(images)
+    mask = np.arange(max_samples)[None, :] < counts[:, None]
+    x = np.where(mask[..., None, None], images[pos], 0)[..., None]
+    y = np.where(mask, labels[pos], 0)
+    return ClientData(jnp.asarray(x), jnp.asarray(y), jnp.asarray(mask),
+                      jnp.asarray(counts, jnp.int32))
+
+
+def _block(tree):
+    import jax
+
+    return jax.block_until_ready(tree)
+
+
+def run_case(model_name: str, num_clients: int, method: str, repeats: int,
+             strategy: str, chunk_size: int | None) -> dict:
+    """Time one FedAvg round of `method`; returns samples/s, compile and round seconds."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import optax
+
+    from pfedwn_jax.data.batching import epoch_indices, steps_per_epoch
+    from pfedwn_jax.engine import ClientState, init_client_state, local_train
+    from pfedwn_jax.engine.losses import weighted_ce
+    from pfedwn_jax.engine.tree import broadcast_slots
+    from pfedwn_jax.models import get_model
+
+    data = make_data(num_clients)
+    counts = np.asarray(data.count)
+    total = int(counts.sum())
+    weights = jnp.asarray(counts / counts.sum(), jnp.float32)
+    model = get_model(model_name, 10, (28, 28, 1))
+    opt = optax.sgd(0.05)
+    key = jax.random.key(0)
+    out: dict = {"samples": total}
+
+    def average(params):
+        return jax.tree.map(lambda a: jnp.tensordot(weights, a, axes=1), params)
+
+    if method == "engine":
+
+        def fedavg_round(state, data, key):
+            state, _ = local_train(model, opt, state, data, jnp.arange(num_clients), key,
+                                   batch_size=BATCH, strategy=strategy, chunk_size=chunk_size)
+            params = broadcast_slots(average(state.params), num_clients)
+            return ClientState(params, state.opt_state)
+
+        state = init_client_state(model, opt, key, num_clients)
+        fn = jax.jit(fedavg_round, donate_argnums=0)
+        t0 = time.perf_counter()
+        compiled = fn.lower(state, data, key).compile()
+        out["compile_s"] = time.perf_counter() - t0
+        times = []
+        for r in range(repeats + 1):
+            t0 = time.perf_counter()
+            state = _block(compiled(state, data, jax.random.fold_in(key, r)))
+            times.append(time.perf_counter() - t0)
+
+    elif method == "loop":
+        params = model.init(key)
+
+        def epoch(global_params, acc, x, y, idx, valid, w):
+            """One client's epoch of SGD from the global model; adds w * result to acc."""
+
+            def step(p, batch):
+                i, v = batch
+                loss = lambda p: weighted_ce(model.apply(p, x[i]), y[i], v.astype(jnp.float32),
+                                             jnp.sum(v))
+                g = jax.grad(loss)(p)
+                upd, _ = opt.update(g, opt.init(p), p)
+                return optax.apply_updates(p, upd), None
+
+            p, _ = jax.lax.scan(step, global_params, (idx, valid))
+            return jax.tree.map(lambda a, b: a + w * b, acc, p)
+
+        epoch_jit = jax.jit(epoch, donate_argnums=1)
+        # each client's own schedule (same batching as the engine), own step count
+        spe = steps_per_epoch(int(counts.max()), BATCH)
+
+        def one_round(params, rkey):
+            idx, valid = epoch_indices(rkey, data.count, data.max_samples, BATCH, spe)
+            idx, valid = np.asarray(idx), np.asarray(valid)
+            acc = jax.tree.map(jnp.zeros_like, params)
+            for n in range(num_clients):
+                t_n = -(-int(counts[n]) // BATCH)
+                acc = epoch_jit(params, acc, data.x[n], data.y[n], idx[n, :t_n], valid[n, :t_n],
+                                weights[n])
+            return _block(acc)
+
+        # compile time: one compile per distinct step count, as the loop pays it
+        t0 = time.perf_counter()
+        acc0 = jax.tree.map(jnp.zeros_like, params)
+        for t_n in sorted({-(-int(c) // BATCH) for c in counts}):
+            epoch_jit.lower(params, acc0, data.x[0], data.y[0],
+                            jnp.zeros((t_n, BATCH), jnp.int32), jnp.zeros((t_n, BATCH), bool),
+                            weights[0]).compile()
+        out["compile_s"] = time.perf_counter() - t0
+        times = []
+        for r in range(repeats + 1):
+            t0 = time.perf_counter()
+            params = one_round(params, jax.random.fold_in(key, r))
+            times.append(time.perf_counter() - t0)
+
+    elif method == "bigbatch":
+        params = model.init(key)
+        flat_x = data.x[data.mask]
+        flat_y = data.y[data.mask]
+        big = BATCH * num_clients
+        steps = -(-total // big)
+
+        def train(params, x, y, key):
+            perm = jax.random.permutation(key, steps * big) % total
+
+            def step(p, i):
+                idx = jax.lax.dynamic_slice(perm, (i * big,), (big,))
+                g = jax.grad(lambda p: weighted_ce(model.apply(p, x[idx]), y[idx],
+                                                   jnp.ones(big), big))(p)
+                upd, _ = opt.update(g, opt.init(p), p)
+                return optax.apply_updates(p, upd), None
+
+            p, _ = jax.lax.scan(step, params, jnp.arange(steps))
+            return p
+
+        fn = jax.jit(train, donate_argnums=0)
+        t0 = time.perf_counter()
+        compiled = fn.lower(params, flat_x, flat_y, key).compile()
+        out["compile_s"] = time.perf_counter() - t0
+        times = []
+        for r in range(repeats + 1):
+            t0 = time.perf_counter()
+            params = _block(compiled(params, flat_x, flat_y, jax.random.fold_in(key, r)))
+            times.append(time.perf_counter() - t0)
+        out["samples"] = steps * big  # it processes whole batches
+    else:
+        raise ValueError(f"method must be one of {METHODS}; got {method!r}")
+
+    steady = sorted(times[1:])
+    out["round_s"] = steady[len(steady) // 2]
+    out["first_round_s"] = times[0]
+    out["samples_per_s"] = out["samples"] / out["round_s"]
+    out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    stats = jax.devices()[0].memory_stats() or {}
+    if "peak_bytes_in_use" in stats:
+        out["peak_device_mib"] = stats["peak_bytes_in_use"] / 2**20
+    out["backend"] = jax.default_backend()
+    if method == "engine":
+        from pfedwn_jax.engine.strategy import resolve_strategy
+
+        out["strategy"] = list(resolve_strategy(strategy, chunk_size, num_clients))
+    return out
+
+
+def run_in_subprocess(model: str, clients: int, method: str, args) -> dict:
+    cmd = [sys.executable, __file__, "--case", method, "--model", model, "--clients",
+           str(clients), "--repeats", str(args.repeats), "--strategy", args.strategy]
+    if args.chunk_size:
+        cmd += ["--chunk-size", str(args.chunk_size)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
+                              check=False)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timeout after {args.timeout} s"}
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr else "failed"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def machine() -> dict:
+    import jax
+
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "backend": jax.default_backend(),
+            "device": str(jax.devices()[0]), "jax": jax.__version__,
+            "python": platform.python_version()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", default="all", choices=["all", "mlp", "cnn"])
+    p.add_argument("--clients", default="10,100,1000", help="comma-separated N values")
+    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--repeats", type=int, default=3, help="timed rounds after the warm-up")
+    p.add_argument("--strategy", default="auto", help="engine execution strategy")
+    p.add_argument("--chunk-size", type=int, default=None)
+    p.add_argument("--timeout", type=float, default=1800, help="seconds per subprocess")
+    p.add_argument("--json", action="store_true", help="print one JSON object and nothing else")
+    p.add_argument("--out", default=None, help="also write all results to this JSON file")
+    p.add_argument("--case", default=None, choices=METHODS, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+
+    models = ["mlp", "cnn"] if args.model == "all" else [args.model]
+    clients = [int(c) for c in args.clients.split(",")]
+    methods = [m for m in args.methods.split(",") if m]
+    if args.case:  # internal: one measurement in this process
+        res = run_case(models[0], clients[0], args.case, args.repeats, args.strategy,
+                       args.chunk_size)
+        print(json.dumps(res))
+        return 0
+
+    results = {"machine": machine(), "cases": []}
+    for model in models:
+        for n in clients:
+            case = {m: run_in_subprocess(model, n, m, args) for m in methods}
+            if args.json and len(models) == 1 and len(clients) == 1:
+                print(json.dumps(case))
+                return 0
+            results["cases"].append({"model": model, "clients": n, **case})
+            if not args.json:
+                print_row(model, n, case)
+    if args.json:
+        print(json.dumps(results))
+    if args.out:
+        tmp = Path(args.out).with_suffix(".tmp")
+        tmp.write_text(json.dumps(results, indent=1))
+        os.replace(tmp, args.out)
+    return 0
+
+
+def print_row(model: str, n: int, case: dict) -> None:
+    def cell(r: dict) -> str:
+        if "error" in r:
+            return f"{r['error'][:40]:>40}"
+        return (f"{r['samples_per_s']:>9,.0f} {r['compile_s']:>6.1f}s {r['peak_rss_mib']:>6,.0f}M")
+
+    if not getattr(print_row, "header", False):
+        print(f"{'model':<5} {'N':>5} | " + " | ".join(
+            f"{m + ' samples/s compile peakRSS':>26}" for m in case))
+        print_row.header = True
+    eng, loop, big = (case.get(m, {}) for m in METHODS)
+    ratio = ""
+    if all("samples_per_s" in r for r in (eng, loop, big)):
+        ratio = (f" | engine/loop {eng['samples_per_s'] / loop['samples_per_s']:.2f}x, "
+                 f"engine/bigbatch {eng['samples_per_s'] / big['samples_per_s']:.2f}x")
+    print(f"{model:<5} {n:>5} | " + " | ".join(cell(r) for r in case.values()) + ratio,
+          flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
