@@ -170,3 +170,24 @@ def test_mlp_learns_well_above_chance_on_real_mnist():
     for name in ("local", "fedavg"):
         acc = res.client_accuracy(name)[-1]
         assert acc.mean() > 0.6, (name, acc)  # chance is 0.1
+
+
+def test_random_target_is_reproducible_and_in_range():
+    cfg = ExperimentConfig(**{**TINY, "num_neighbors": 6, "target": "random",
+                              "topology_seed": 5})
+    a, b = build_federation(cfg), build_federation(cfg)
+    assert a.target == b.target and 0 <= a.target <= 6
+    assert a.data_client[0] == a.target and a.target not in a.neighbors.tolist()
+    assert sorted([a.target, *a.neighbors.tolist()]) == list(range(7))
+
+
+def test_atomic_write_leaves_old_file_on_failure(tmp_path):
+    from pfedwn_jax.experiment.io import atomic_open, atomic_write_text
+
+    path = tmp_path / "results.json"
+    atomic_write_text(path, "old")
+    with pytest.raises(RuntimeError), atomic_open(path) as f:
+        f.write("half-writ")
+        raise RuntimeError("crash mid-write")
+    assert path.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["results.json"]

@@ -86,7 +86,14 @@ def main(args: argparse.Namespace) -> int:
     checkpoint = out / CHECKPOINT
     if checkpoint.exists() and not args.resume:
         checkpoint.unlink()
-    result = run(config, progress=not args.quiet, checkpoint=checkpoint, resume=args.resume)
+    try:
+        result = run(config, progress=not args.quiet, checkpoint=checkpoint,
+                     resume=args.resume)
+    except KeyboardInterrupt:
+        if checkpoint.exists():
+            print(f"checkpoint kept: continue with `pfedwn run ... --out {out} --resume`",
+                  file=sys.stderr)
+        raise
     result.save(out / RESULTS)
     with contextlib.suppress(FileNotFoundError):
         checkpoint.unlink()
