@@ -191,3 +191,11 @@ def test_atomic_write_leaves_old_file_on_failure(tmp_path):
         raise RuntimeError("crash mid-write")
     assert path.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["results.json"]
+
+
+def test_no_selected_neighbor_leaves_the_target_alone():
+    cfg = ExperimentConfig(**{**TINY, "gamma_th": 50.0, "eps": 1e-9, "target": 2})
+    fed = build_federation(cfg)
+    assert not fed.selected.any()
+    assert fed.data_client.tolist() == [2]
+    assert fed.adjacency.tolist() == [[True]] and fed.is_target.tolist() == [True]
