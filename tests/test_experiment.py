@@ -10,6 +10,7 @@ import pytest
 
 from pfedwn_jax.experiment import ExperimentConfig, Result, build_federation, run
 from pfedwn_jax.experiment import runner as runner_mod
+from pfedwn_jax.experiment.federation import network_perr
 
 # tiny and fast: logistic regression, 4 clients, 3 rounds
 TINY = dict(model="logreg", num_neighbors=3, rounds=3, batch_size=32, lr=0.05,
@@ -104,6 +105,9 @@ def test_network_federation_rows_match_one_target_at_a_time():
         np.testing.assert_allclose(fed.perr[i, others], row, rtol=1e-5, atol=1e-9)
         np.testing.assert_array_equal(fed.adjacency[i, others], row < 0.3)
         assert fed.adjacency[i, i]
+    # computed in chunks of targets (bounded memory) it is the same matrix
+    chunked = network_perr(fed.positions, 2.0, ChannelParams(), "paper", max_elements=80)
+    np.testing.assert_allclose(chunked, fed.perr, rtol=1e-5, atol=1e-9)
 
 
 # --------------------------------------------------------------------------- the runner

@@ -139,22 +139,27 @@ def single_target_federation(config: ExperimentConfig) -> Federation:
     )
 
 
-def network_perr(positions: np.ndarray, gamma_th: float, params: Any, moments: str) -> np.ndarray:
+def network_perr(
+    positions: np.ndarray, gamma_th: float, params: Any, moments: str,
+    max_elements: int = 1 << 24,
+) -> np.ndarray:
     """`[N, N]` error probabilities, `perr[i, j]` for link j -> i with all others interfering.
 
-    Diagonal is 0. One batched `error_probability` call over the N targets.
+    Diagonal is 0. Batched `error_probability` calls over chunks of targets; a target's
+    interference terms take `[N-1, N-1]` floats, so chunks keep about `max_elements` in memory.
     """
     from pfedwn_jax.wireless import error_probability
 
     n = positions.shape[0]
     # others[i] = every node but i, in increasing order: [N, N-1]
     others = np.array([[j for j in range(n) if j != i] for i in range(n)], dtype=np.int64)
-    p = np.asarray(
-        error_probability(positions, positions[others], gamma_th, params, moments=moments),
-        np.float64,
-    )
+    chunk = max(1, min(n, max_elements // max(1, (n - 1) ** 2)))
     out = np.zeros((n, n))
-    out[np.arange(n)[:, None], others] = p
+    for lo in range(0, n, chunk):
+        rows = np.arange(lo, min(n, lo + chunk))
+        p = error_probability(positions[rows], positions[others[rows]], gamma_th, params,
+                              moments=moments)
+        out[rows[:, None], others[rows]] = np.asarray(p, np.float64)
     return out
 
 
