@@ -46,7 +46,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--config", type=Path, help="TOML file of ExperimentConfig fields")
+    defaults = _config_defaults()
     for flag, (field, typ, text) in FLAGS.items():
+        shown = defaults.get(field)
+        if shown is not None and "default" not in text:
+            text = f"{text} (default: {shown})"
         p.add_argument(flag, dest=field, type=typ, default=None, help=text)
     p.add_argument("--out", type=Path, default=Path("runs/latest"),
                    help="output directory (default: runs/latest)")
@@ -55,6 +59,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--no-plot", action="store_true", help="skip the learning-curve PNG")
     p.set_defaults(func=main)
+
+
+def _config_defaults() -> dict[str, Any]:
+    import dataclasses
+
+    from pfedwn_jax.experiment.config import ExperimentConfig
+
+    return {f.name: f.default for f in dataclasses.fields(ExperimentConfig)
+            if f.default is not dataclasses.MISSING}
 
 
 def config_from_args(args: argparse.Namespace):
