@@ -1,7 +1,13 @@
 """`pfedwn run`: run FL methods on one wireless network and print a Table II-style table.
 
-Writes `DIR/results.json` (schema in docs/experiments.md) and `DIR/learning_curve.png`.
+Writes `DIR/results.json` (schema in docs/experiments.md), `DIR/learning_curve.png` and, when
+pFedWN runs, `DIR/pi_history.png` (its EM weights, the paper's Fig. 8).
 Values come from the defaults, then `--config file.toml`, then the flags given.
+
+Several cases: `--dataset a,b` and/or `--gamma-th 5,10,15` (with `--target` either one value
+or one per gamma_th) run every case (gamma_th, target) on every dataset, each into its own
+`DIR/<case>/` directory, and print the paper's Table II layout with one column per
+case/dataset (also written to `DIR/table.txt`, with `DIR/cases.json` listing the runs).
 """
 
 from __future__ import annotations
@@ -14,7 +20,8 @@ from typing import Any
 
 # flag -> (config field, type, help)
 FLAGS: dict[str, tuple[str, Any, str]] = {
-    "--dataset": ("dataset", str, "dataset name (default: the embedded MNIST subset)"),
+    "--dataset": ("dataset", str, "dataset name(s), comma-separated for several columns "
+                  "(default: the embedded MNIST subset)"),
     "--data-dir": ("data_dir", str, "TFDS data directory"),
     "--partition": ("partition", str, "partition scheme (default: paper)"),
     "--model": ("model", str, "cnn, resnet18, mlp or logreg"),
@@ -26,15 +33,18 @@ FLAGS: dict[str, tuple[str, Any, str]] = {
     "--seed": ("seed", int, "seed of initialisation, batches and partition"),
     "--mode": ("mode", str, "single (one target, the paper) or network (every client)"),
     "--num-neighbors": ("num_neighbors", int, "neighbors around the target"),
-    "--gamma-th": ("gamma_th", float, "SINR threshold"),
+    "--gamma-th": ("gamma_th", str, "SINR threshold(s), comma-separated for several cases"),
     "--eps": ("eps", float, "P_err selection threshold"),
     "--moments": ("moments", str, "moment mode of the error probability"),
     "--topology-seed": ("topology_seed", int, "seed of the node placement"),
-    "--target": ("target", str, "target data client index or 'random'"),
+    "--target": ("target", str, "target data client index or 'random' (one per case)"),
 }
 
 RESULTS = "results.json"
 CURVE = "learning_curve.png"
+PI_PLOT = "pi_history.png"
+TABLE = "table.txt"
+CASES = "cases.json"
 CHECKPOINT = "checkpoint.npz"
 
 
@@ -79,6 +89,8 @@ def config_from_args(args: argparse.Namespace):
         value = getattr(args, field, None)
         if value is not None:
             overrides[field] = value
+    if isinstance(overrides.get("gamma_th"), str):
+        overrides["gamma_th"] = _number("gamma_th", overrides["gamma_th"])
     target = overrides.get("target")
     if target is not None and target != "random":
         try:
@@ -90,11 +102,48 @@ def config_from_args(args: argparse.Namespace):
     return ExperimentConfig(**overrides)
 
 
-def main(args: argparse.Namespace) -> int:
-    from pfedwn_jax.experiment import format_table, plot_learning_curves, run
+def _number(name: str, text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"{name} must be a number; got {text!r}") from None
 
-    config = config_from_args(args)
-    out: Path = args.out
+
+def _split(value: Any) -> list[Any]:
+    """`None` -> `[None]`; "a, b" -> ["a", "b"]."""
+    if value is None:
+        return [None]
+    items = [v.strip() for v in str(value).split(",") if v.strip()]
+    return items or [None]
+
+
+def configs_from_args(args: argparse.Namespace) -> list:
+    """One `ExperimentConfig` per (case, dataset): cases are the zipped `--gamma-th` and
+    `--target` lists (a single value is used for every case), in paper Table II order."""
+    datasets = _split(getattr(args, "dataset", None))
+    gammas = _split(getattr(args, "gamma_th", None))
+    targets = _split(getattr(args, "target", None))
+    num_cases = max(len(gammas), len(targets))
+    for name, values in (("gamma_th", gammas), ("target", targets)):
+        if len(values) not in (1, num_cases):
+            raise ValueError(
+                f"{name}: give one value or one per case ({num_cases}); got {len(values)}"
+            )
+    configs = []
+    for k in range(num_cases):
+        for dataset in datasets:
+            one = argparse.Namespace(**vars(args))
+            one.dataset = dataset
+            one.gamma_th = gammas[k if len(gammas) > 1 else 0]
+            one.target = targets[k if len(targets) > 1 else 0]
+            configs.append(config_from_args(one))
+    return configs
+
+
+def _run_one(config: Any, out: Path, args: argparse.Namespace) -> tuple[Any, list[Path]]:
+    """Run one experiment into `out`: results JSON, learning curve and pi plot."""
+    from pfedwn_jax.experiment import plot_learning_curves, plot_pi_history, run
+
     out.mkdir(parents=True, exist_ok=True)
     checkpoint = out / CHECKPOINT
     if checkpoint.exists() and not args.resume:
@@ -110,13 +159,69 @@ def main(args: argparse.Namespace) -> int:
     result.save(out / RESULTS)
     with contextlib.suppress(FileNotFoundError):
         checkpoint.unlink()
-    print(format_table(result))
     written = [out / RESULTS]
     if not args.no_plot:
         png = plot_learning_curves(result, out / CURVE)
         if png is None:
-            print("(matplotlib not installed: no learning-curve plot)", file=sys.stderr)
+            print("(matplotlib not installed: no plots)", file=sys.stderr)
         else:
             written.append(png)
-    print(f"total {result.timings['total_s']:.1f} s; wrote " + ", ".join(map(str, written)))
+            pi_png = plot_pi_history(result, out / PI_PLOT)
+            if pi_png is not None:
+                written.append(pi_png)
+    return result, written
+
+
+def _case_dir(k: int, config: Any, several_cases: bool) -> str:
+    name = config.dataset or "default"
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+    return f"case{k + 1}_{safe}" if several_cases else safe
+
+
+def main(args: argparse.Namespace) -> int:
+    from pfedwn_jax.experiment import format_table, format_table_cases
+    from pfedwn_jax.experiment.io import atomic_write_json, atomic_write_text
+
+    configs = configs_from_args(args)
+    out: Path = args.out
+    if len(configs) == 1:
+        result, written = _run_one(configs[0], out, args)
+        print(format_table(result))
+        print(f"total {result.timings['total_s']:.1f} s; wrote " + ", ".join(map(str, written)))
+        return 0
+
+    num_datasets = len(_split(getattr(args, "dataset", None)))
+    several_cases = len(configs) > num_datasets
+    results, dirs, total = [], [], 0.0
+    for i, config in enumerate(configs):
+        sub = out / _case_dir(i // num_datasets, config, several_cases)
+        result, _ = _run_one(config, sub, args)
+        print(format_table(result), "\n")
+        results.append(result)
+        dirs.append(sub)
+        total += result.timings["total_s"]
+    labels = [
+        (f"case {i // num_datasets + 1}: " if several_cases else "") + result.data["name"]
+        for i, result in enumerate(results)
+    ]
+    table = format_table_cases(results, labels)
+    legend = [
+        f"{lbl}: gamma_th {r.config.gamma_th:g}, target {r.network.get('target')}, "
+        f"{len(r.network.get('selected_neighbors', []))} selected neighbor(s)"
+        for lbl, r in zip(labels, results, strict=True)
+    ]
+    text = table + "\n" + "\n".join(legend) + "\n"
+    atomic_write_text(out / TABLE, text)
+    atomic_write_json(
+        out / CASES,
+        {
+            "cases": [
+                {"label": lbl, "dir": str(d.relative_to(out)), "config": r.config.to_dict(),
+                 "summary": r.summary()}
+                for lbl, d, r in zip(labels, dirs, results, strict=True)
+            ]
+        },
+    )
+    print(text, end="")
+    print(f"total {total:.1f} s; wrote {out / TABLE}, {out / CASES} and one directory per case")
     return 0

@@ -5,7 +5,12 @@ See `docs/experiments.md` for the results file schema and the config fields.
 
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.experiment.federation import Federation, build_federation
-from pfedwn_jax.experiment.report import format_table, plot_learning_curves
+from pfedwn_jax.experiment.report import (
+    format_table,
+    format_table_cases,
+    plot_learning_curves,
+    plot_pi_history,
+)
 from pfedwn_jax.experiment.results import SCHEMA, Result
 from pfedwn_jax.experiment.runner import run
 
@@ -16,6 +21,8 @@ __all__ = [
     "Result",
     "build_federation",
     "format_table",
+    "format_table_cases",
     "plot_learning_curves",
+    "plot_pi_history",
     "run",
 ]

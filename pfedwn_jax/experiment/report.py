@@ -71,3 +71,124 @@ def plot_learning_curves(result: Result, path: str | Path) -> Path | None:
     atomic_write_with(path, lambda f: fig.savefig(f, format="png"))
     plt.close(fig)
     return path
+
+
+def case_label(result: Result) -> str:
+    """A short column label for one experiment: dataset, gamma_th, target (single mode)."""
+    cfg = result.config
+    target = result.network.get("target", -1)
+    where = f"target {target}" if result.network.get("mode") == "single" else "network"
+    sel = result.network.get("selected_neighbors")
+    sns = f", {len(sel)} SNs" if sel is not None else ""
+    return f"{result.data['name']} (gamma_th {cfg.gamma_th:g}, {where}{sns})"
+
+
+def format_table_cases(
+    results: list[Result], labels: list[str] | None = None, key: str = "max_target_accuracy"
+) -> str:
+    """The paper's Table II layout: one row per method, one column per dataset/case.
+
+    Cells are the target's maximum test accuracy (%) (`key`), the best of each column marked
+    with `*`. Methods missing from a case show `-`. Column labels default to `case_label`.
+    """
+    labels = [case_label(r) for r in results] if labels is None else list(labels)
+    if len(labels) != len(results):
+        raise ValueError(
+            f"labels must have one entry per result ({len(results)}); got {len(labels)}"
+        )
+    methods: list[str] = []
+    for r in results:
+        methods += [m for m in r.methods if m not in methods]
+    cells = np.full((len(methods), len(results)), np.nan)
+    for c, r in enumerate(results):
+        for m_idx, name in enumerate(methods):
+            value = r.methods.get(name, {}).get(key)
+            cells[m_idx, c] = np.nan if value is None else float(value)
+    best = np.nanmax(np.where(np.isnan(cells), -np.inf, cells), axis=0)
+    width = max([6, *map(len, methods)])
+    col = max(9, *(len(lbl) for lbl in labels)) + 1
+    what = "maximum" if key.startswith("max") else "final"
+    lines = [
+        f"Target client {what} test accuracy (%), best per column marked *",
+        f"{'method':<{width}}" + "".join(f"{lbl:>{col}}" for lbl in labels),
+    ]
+    lines.append("-" * len(lines[-1]))
+    for m_idx, name in enumerate(methods):
+        row = f"{name:<{width}}"
+        for c in range(len(results)):
+            v = cells[m_idx, c]
+            text = "-" if np.isnan(v) else f"{100 * v:.1f}" + ("*" if v == best[c] else " ")
+            row += f"{text:>{col}}"
+        lines.append(row)
+    return "\n".join(lines)
+
+
+def pi_targets(result: Result, method: str = "pfedwn", max_targets: int = 4) -> list[int]:
+    """Target slots whose pi row is nonzero at the end (at most `max_targets`)."""
+    pi = result.records(method, "pi")  # [R, S, S]
+    is_target = np.asarray(result.network["is_target"], bool)
+    return [i for i in range(pi.shape[1]) if is_target[i] and np.nansum(pi[-1, i]) > 0][
+        :max_targets
+    ]
+
+
+def plot_pi_history(
+    result: Result, path: str | Path, method: str = "pfedwn", max_targets: int = 4
+) -> Path | None:
+    """pFedWN's EM weights per target, like the paper's Fig. 8, as a PNG.
+
+    Left: the first EM estimate's path (uniform prior, each outer EM step, the final refined
+    pi); right: pi over communication rounds (flat after the estimate when pi is frozen).
+    One row per target (network mode: the first `max_targets` targets with neighbors).
+    Returns None without matplotlib or when `method` has no `pi` record.
+    """
+    records = result.methods.get(method, {}).get("records", {})
+    if "pi" not in records or "pi_trace" not in records:
+        return None
+    targets = pi_targets(result, method, max_targets)
+    if not targets:
+        return None
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
+    except ImportError:
+        return None
+    pi = result.records(method, "pi")  # [R, S, S]
+    trace = result.records(method, "pi_trace")  # [R, K, S, S]
+    clients = list(result.network.get("slot_client", range(pi.shape[1])))
+    rounds = np.arange(1, pi.shape[0] + 1)
+    fig, axes = plt.subplots(
+        len(targets), 2, figsize=(9.0, 2.8 * len(targets)), dpi=120, squeeze=False
+    )
+    for row, i in zip(axes, targets, strict=True):
+        estimated = np.nonzero(np.nansum(pi[:, i], axis=1) > 0)[0]
+        first = int(estimated[0])
+        neighbors = [j for j in range(pi.shape[2]) if np.any(pi[estimated, i, j] > 0)]
+        steps = np.arange(trace.shape[1])
+        for j in neighbors:
+            label = f"neighbor {clients[j]}"
+            row[0].plot(steps, trace[first, :, i, j], marker="o", ms=3, lw=1.5, label=label)
+            # before the first estimate the target does not aggregate: no weight to show
+            shown = np.where(np.nansum(pi[:, i], axis=1) > 0, pi[:, i, j], np.nan)
+            row[1].plot(rounds, shown, marker=".", ms=3, lw=1.5, label=label)
+        ticks = [str(s) for s in steps]
+        ticks[0], ticks[-1] = "prior", "final"
+        row[0].set_xticks(steps, ticks, fontsize=7)
+        row[0].set_xlabel(f"EM step (estimate of round {first + 1})")
+        row[1].set_xlabel("communication round")
+        row[1].set_xlim(0.5, len(rounds) + 0.5)
+        row[1].xaxis.set_major_locator(MaxNLocator(integer=True))
+        for ax in row:
+            ax.set_ylabel(f"pi (target {clients[i]})")
+            ax.set_ylim(-0.02, 1.02)
+            ax.grid(alpha=0.3)
+        row[1].legend(fontsize=7, loc="best")
+    fig.suptitle("pFedWN aggregation weights (paper Fig. 8)", fontsize=9)
+    fig.tight_layout()
+    path = Path(path)
+    atomic_write_with(path, lambda f: fig.savefig(f, format="png"))
+    plt.close(fig)
+    return path
