@@ -234,3 +234,15 @@ def test_sample_ppp_count_is_poisson_and_mask_is_prefix():
     assert np.asarray(xy).min() >= 0 and np.asarray(xy).max() <= 50.0
     with pytest.raises(ValueError, match="density"):
         sample_ppp(jax.random.key(0), -1e-3, P, 10)
+
+
+def test_node_count_rule_easy_for_table_one_robust_otherwise():
+    from pfedwn_jax.wireless.perr import EASY_NODES, ROBUST_NODES, default_num_nodes
+
+    t, nb = np.zeros(2), np.array([[50.0, 50.0], [3.0, 1.0]])
+    assert default_num_nodes(t, nb, 15.0, P, "float32") == EASY_NODES["float32"]
+    assert default_num_nodes(t, nb, 15.0, P, "float64") == EASY_NODES["float64"]
+    # beta small, or links noise-limited at x = beta, or traced inputs: the robust rule
+    for params in (ChannelParams(fading_threshold=0.5), ChannelParams(tx_power_w=3e-4)):
+        assert default_num_nodes(t, nb, 15.0, params, "float64") == ROBUST_NODES
+    assert jax.jit(lambda g: default_num_nodes(t, nb, g, P, "float32"))(5.0) == ROBUST_NODES
