@@ -75,7 +75,7 @@ def plot_heatmap(path: Path, target: Any, neighbors: Any, perr: Any, chosen: Any
         ax.annotate(str(i + 1), (x, y), xytext=(6, 6), textcoords="offset points",
                     color="white", fontsize=9, zorder=5)
     t = np.asarray(target)
-    ax.scatter([t[0]], [t[1]], marker="*", s=350, c="gold", edgecolors="black", zorder=5,
+    ax.scatter([t[0]], [t[1]], marker="*", s=350, c="black", edgecolors="white", zorder=5,
                label="target")
     ax.set(xlim=(0, float(params.area_m)), ylim=(0, float(params.area_m)), xlabel="x (m)",
            ylabel="y (m)", title=f"P_err, gamma_th={gamma_th:g}, moments={moments}")
