@@ -35,8 +35,9 @@ def _topologies(targets: int, neighbors: int, seed: int) -> tuple[np.ndarray, np
     return rng.uniform(0, area, (targets, 2)), rng.uniform(0, area, (targets, neighbors, 2))
 
 
-def _vectorized_seconds(t: np.ndarray, nb: np.ndarray, gamma_th: float, moments: str,
-                        x64: bool) -> tuple[float, np.ndarray]:
+def _vectorized_seconds(
+    t: np.ndarray, nb: np.ndarray, gamma_th: float, moments: str, x64: bool
+) -> tuple[float, np.ndarray]:
     """Wall time of one call (already compiled) and its result in float64."""
     with jax.enable_x64(x64):
         start = time.perf_counter()
@@ -48,8 +49,11 @@ def _scipy_seconds(stats: list, gamma_th: float) -> tuple[float, np.ndarray]:
     """Wall time of quad over every link in `stats` (moments precomputed) and the values."""
     params = ChannelParams()
     start = time.perf_counter()
-    vals = [link_integral(c[s], mean[s], var[s], gamma_th, params)
-            for c, mean, var in stats for s in range(len(c))]
+    vals = [
+        link_integral(c[s], mean[s], var[s], gamma_th, params)
+        for c, mean, var in stats
+        for s in range(len(c))
+    ]
     return time.perf_counter() - start, np.array(vals).reshape(len(stats), -1)
 
 
@@ -61,8 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gamma-th", type=float, default=10.0)
     ap.add_argument("--moments", default="paper")
     ap.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds")
-    ap.add_argument("--best-of", type=int, default=3,
-                    help="each round times scipy and JAX this often and keeps the fastest")
+    ap.add_argument(
+        "--best-of",
+        type=int,
+        default=3,
+        help="each round times scipy and JAX this often and keeps the fastest",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="runs/bench_perr.json")
     args = ap.parse_args(argv)
@@ -86,42 +94,67 @@ def main(argv: list[str] | None = None) -> int:
         sp_secs.append(secs)
         sp_links += ref.size
         for name, x64 in (("float32", False), ("float64", True)):
-            runs = [_vectorized_seconds(t, nb, args.gamma_th, args.moments, x64)
-                    for _ in range(args.best_of)]
+            runs = [
+                _vectorized_seconds(t, nb, args.gamma_th, args.moments, x64)
+                for _ in range(args.best_of)
+            ]
             vsecs, vals = min(r[0] for r in runs), runs[0][1]
             vec_secs[name].append(vsecs)
             speed[name].append((links / vsecs) / (ref.size / secs))
-            diffs[name] = max(diffs[name], float(np.max(np.abs(vals[idx.start:idx.stop] - ref))))
+            diffs[name] = max(diffs[name], float(np.max(np.abs(vals[idx.start : idx.stop] - ref))))
     sp_rate = sp_links / sum(sp_secs)  # from each round's fastest pass
     rows = []
     for name in ("float32", "float64"):
         best = min(vec_secs[name])
-        rows.append({
-            "dtype": name, "links": links, "seconds_best": best,
-            "seconds_median": float(np.median(vec_secs[name])), "links_per_s": links / best,
-            "speedup_median": float(np.median(speed[name])),
-            "speedup_min": float(np.min(speed[name])), "speedup_max": float(np.max(speed[name])),
-            "max_abs_diff_vs_scipy": diffs[name],
-        })
+        rows.append(
+            {
+                "dtype": name,
+                "links": links,
+                "seconds_best": best,
+                "seconds_median": float(np.median(vec_secs[name])),
+                "links_per_s": links / best,
+                "speedup_median": float(np.median(speed[name])),
+                "speedup_min": float(np.min(speed[name])),
+                "speedup_max": float(np.max(speed[name])),
+                "max_abs_diff_vs_scipy": diffs[name],
+            }
+        )
     result = {
-        "benchmark": "perr_quadrature", "moments": args.moments, "gamma_th": args.gamma_th,
+        "benchmark": "perr_quadrature",
+        "moments": args.moments,
+        "gamma_th": args.gamma_th,
         "neighbors_per_target": args.neighbors,
-        "rounds": args.rounds, "best_of": args.best_of,
-        "scipy": {"links": sp_links, "seconds": sum(sp_secs), "links_per_s": sp_rate,
-                  "quad_options": QUAD_OPTS},
+        "rounds": args.rounds,
+        "best_of": args.best_of,
+        "scipy": {
+            "links": sp_links,
+            "seconds": sum(sp_secs),
+            "links_per_s": sp_rate,
+            "quad_options": QUAD_OPTS,
+        },
         "vectorized": rows,
-        "machine": {"platform": platform.platform(), "processor": platform.processor(),
-                    "cpu_count": os.cpu_count(), "jax": jax.__version__,
-                    "backend": jax.default_backend()},
+        "machine": {
+            "platform": platform.platform(),
+            "processor": platform.processor(),
+            "cpu_count": os.cpu_count(),
+            "jax": jax.__version__,
+            "backend": jax.default_backend(),
+        },
     }
-    print(f"scipy quad, link by link: {sp_links} links in {sum(sp_secs):.2f} s "
-          f"= {sp_rate:,.0f} links/s ({args.rounds} interleaved rounds)")
-    print(f"{'dtype':8} {'links':>8} {'best s':>8} {'links/s':>12} {'x scipy (median, range)':>25} "
-          f"{'max |diff|':>10}")
+    print(
+        f"scipy quad, link by link: {sp_links} links in {sum(sp_secs):.2f} s "
+        f"= {sp_rate:,.0f} links/s ({args.rounds} interleaved rounds)"
+    )
+    print(
+        f"{'dtype':8} {'links':>8} {'best s':>8} {'links/s':>12} {'x scipy (median, range)':>25} "
+        f"{'max |diff|':>10}"
+    )
     for r in rows:
         rng = f"{r['speedup_median']:.0f} ({r['speedup_min']:.0f}-{r['speedup_max']:.0f})"
-        print(f"{r['dtype']:8} {r['links']:>8} {r['seconds_best']:>8.4f} "
-              f"{r['links_per_s']:>12,.0f} {rng:>25} {r['max_abs_diff_vs_scipy']:>10.1e}")
+        print(
+            f"{r['dtype']:8} {r['links']:>8} {r['seconds_best']:>8.4f} "
+            f"{r['links_per_s']:>12,.0f} {rng:>25} {r['max_abs_diff_vs_scipy']:>10.1e}"
+        )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", dir=out.parent, delete=False, suffix=".tmp") as f:

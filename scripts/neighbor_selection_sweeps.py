@@ -44,8 +44,9 @@ FIG6_GAMMA_A = 5.0
 MAX_NEIGHBORS = 30
 
 
-def fig5_grid(key: Any, draws: int, max_nodes: int, moments: str, eps: float = 0.05
-              ) -> dict[str, Any]:
+def fig5_grid(
+    key: Any, draws: int, max_nodes: int, moments: str, eps: float = 0.05
+) -> dict[str, Any]:
     """Mean selected count [gamma, F, density] and mean node count [density]."""
     params = ChannelParams()
     k_t, k_p = jax.random.split(key)
@@ -53,18 +54,24 @@ def fig5_grid(key: Any, draws: int, max_nodes: int, moments: str, eps: float = 0
     keys = jax.random.split(k_p, (len(DENSITIES), draws))
     dens = jnp.broadcast_to(jnp.asarray(DENSITIES)[:, None], keys.shape)
     xy, valid = jax.jit(jax.vmap(jax.vmap(lambda k, d: sample_ppp(k, d, params, max_nodes))))(
-        keys, dens)
+        keys, dens
+    )
 
     def per_f(f: Any) -> Any:
         p = dataclasses.replace(params, num_subchannels=f)
-        perr = error_probability(targets, xy, jnp.asarray(GAMMAS)[:, None, None], p, moments,
-                                 valid)  # [gamma, density, draw, node]
+        perr = error_probability(
+            targets, xy, jnp.asarray(GAMMAS)[:, None, None], p, moments, valid
+        )  # [gamma, density, draw, node]
         return select_neighbors(perr, eps, valid).sum(-1).mean(-1)  # [gamma, density]
 
     counts = jax.vmap(per_f)(jnp.asarray(SUBCHANNELS))  # [F, gamma, density]
     return {
-        "num_subchannels": SUBCHANNELS.tolist(), "density_per_m2": DENSITIES.tolist(),
-        "gamma_th": GAMMAS.tolist(), "eps": eps, "draws": draws, "max_nodes": max_nodes,
+        "num_subchannels": SUBCHANNELS.tolist(),
+        "density_per_m2": DENSITIES.tolist(),
+        "gamma_th": GAMMAS.tolist(),
+        "eps": eps,
+        "draws": draws,
+        "max_nodes": max_nodes,
         "truncated_draws": int(np.sum(np.asarray(valid).all(-1))),
         "mean_nodes": np.asarray(valid).sum(-1).mean(-1).tolist(),
         "mean_selected": np.transpose(np.asarray(counts), (1, 0, 2)).tolist(),
@@ -79,13 +86,20 @@ def fig6_grid(key: Any, draws: int, moments: str) -> dict[str, Any]:
     sizes = np.arange(1, MAX_NEIGHBORS + 1)
     valid = jnp.arange(MAX_NEIGHBORS) < jnp.asarray(sizes)[:, None, None]  # [G, 1, n]
     valid = jnp.broadcast_to(valid, (len(sizes), draws, MAX_NEIGHBORS))
-    perr = error_probability(t, nb, jnp.asarray(gammas)[:, None, None], None, moments,
-                             valid)  # [gamma, G, draw, n]
-    chosen = select_neighbors(perr[None], jnp.asarray(FIG6_EPS)[:, None, None, None, None],
-                              valid)  # [eps, gamma, G, draw, n]
+    perr = error_probability(
+        t, nb, jnp.asarray(gammas)[:, None, None], None, moments, valid
+    )  # [gamma, G, draw, n]
+    chosen = select_neighbors(
+        perr[None], jnp.asarray(FIG6_EPS)[:, None, None, None, None], valid
+    )  # [eps, gamma, G, draw, n]
     mean = np.asarray(chosen.sum(-1).mean(-1))  # [eps, gamma, G]
-    return {"num_neighbors": sizes.tolist(), "gamma_th": gammas.tolist(),
-            "eps": FIG6_EPS.tolist(), "draws": draws, "mean_selected": mean.tolist()}
+    return {
+        "num_neighbors": sizes.tolist(),
+        "gamma_th": gammas.tolist(),
+        "eps": FIG6_EPS.tolist(),
+        "draws": draws,
+        "mean_selected": mean.tolist(),
+    }
 
 
 def plot(out: Path, fig5: dict[str, Any], fig6: dict[str, Any], moments: str) -> list[Path]:
@@ -95,17 +109,25 @@ def plot(out: Path, fig5: dict[str, Any], fig6: dict[str, Any], moments: str) ->
     import matplotlib.pyplot as plt
 
     paths = []
-    f_grid, d_grid = np.meshgrid(fig5["num_subchannels"],
-                                 np.asarray(fig5["density_per_m2"]) * 1e3, indexing="ij")
+    f_grid, d_grid = np.meshgrid(
+        fig5["num_subchannels"], np.asarray(fig5["density_per_m2"]) * 1e3, indexing="ij"
+    )
     sel = np.asarray(fig5["mean_selected"])
     fig = plt.figure(figsize=(15, 4.6))
     for i, g in enumerate(fig5["gamma_th"]):
         ax = fig.add_subplot(1, 3, i + 1, projection="3d")
         ax.plot_surface(f_grid, d_grid, sel[i], cmap="viridis", vmin=0, vmax=sel.max())
-        ax.set(xlabel="|F|", ylabel="density (1e-3 / m^2)", zlabel="avg selected",
-               title=f"gamma_th = {g:g}, eps = {fig5['eps']:g}", zlim=(0, sel.max()))
-    fig.suptitle(f"Fig. 5: average number of selected neighbors ({fig5['draws']} PPP draws, "
-                 f"moments={moments})")
+        ax.set(
+            xlabel="|F|",
+            ylabel="density (1e-3 / m^2)",
+            zlabel="avg selected",
+            title=f"gamma_th = {g:g}, eps = {fig5['eps']:g}",
+            zlim=(0, sel.max()),
+        )
+    fig.suptitle(
+        f"Fig. 5: average number of selected neighbors ({fig5['draws']} PPP draws, "
+        f"moments={moments})"
+    )
     fig.tight_layout()
     paths.append(_save(fig, out / "fig5_subchannels_density.png"))
     plt.close(fig)
@@ -124,8 +146,9 @@ def plot(out: Path, fig5: dict[str, Any], fig6: dict[str, Any], moments: str) ->
     for ax in (a, b):
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.suptitle(f"Fig. 6: selected vs available neighbors ({fig6['draws']} draws, "
-                 f"moments={moments})")
+    fig.suptitle(
+        f"Fig. 6: selected vs available neighbors ({fig6['draws']} draws, moments={moments})"
+    )
     fig.tight_layout()
     paths.append(_save(fig, out / "fig6_selected_vs_neighbors.png"))
     plt.close(fig)
@@ -157,10 +180,16 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     fig6 = fig6_grid(k6, args.fig6_draws, args.moments)
     t6 = time.perf_counter() - start
-    links5 = (len(SUBCHANNELS) * len(GAMMAS) * len(DENSITIES) * args.draws * args.max_nodes)
-    result = {"moments": args.moments, "seed": args.seed, "fig5": fig5, "fig6": fig6,
-              "wall_s": {"fig5": t5, "fig6": t6}, "fig5_links_evaluated": links5,
-              "params": ChannelParams().to_dict()}
+    links5 = len(SUBCHANNELS) * len(GAMMAS) * len(DENSITIES) * args.draws * args.max_nodes
+    result = {
+        "moments": args.moments,
+        "seed": args.seed,
+        "fig5": fig5,
+        "fig6": fig6,
+        "wall_s": {"fig5": t5, "fig6": t6},
+        "fig5_links_evaluated": links5,
+        "params": ChannelParams().to_dict(),
+    }
     path = args.out / "neighbor_selection_sweeps.json"
     with tempfile.NamedTemporaryFile("w", dir=args.out, suffix=".json", delete=False) as f:
         json.dump(result, f, indent=1)
@@ -169,8 +198,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Fig. 6 grid: {t6:.1f} s")
     sel = np.asarray(fig5["mean_selected"])
     for i, g in enumerate(GAMMAS):
-        print(f"  gamma_th={g:g}: mean selected over the Fig. 5 grid {sel[i].mean():.2f} "
-              f"(|F|=14: {sel[i, 6].min():.2f}..{sel[i, 6].max():.2f} across densities)")
+        print(
+            f"  gamma_th={g:g}: mean selected over the Fig. 5 grid {sel[i].mean():.2f} "
+            f"(|F|=14: {sel[i, 6].min():.2f}..{sel[i, 6].max():.2f} across densities)"
+        )
     print(f"wrote {path}")
     if not args.no_plot:
         for p in plot(args.out, fig5, fig6, args.moments):

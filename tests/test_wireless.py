@@ -31,19 +31,44 @@ P = ChannelParams()
 
 def test_table_one_defaults_and_derived_quantities():
     assert (P.area_m, P.num_subchannels, P.rayleigh_gamma, P.pathloss_exp, P.d0_m) == (
-        50.0, 14, 2.0, 3.0, 1.0)
-    assert (P.tx_power_w, P.freq_hz, P.boltzmann, P.noise_temp_k, P.bandwidth_hz,
-            P.fading_threshold) == (0.2, 2.4e9, 1.38e-23, 290.0, 100e6, 2.0)
+        50.0,
+        14,
+        2.0,
+        3.0,
+        1.0,
+    )
+    assert (
+        P.tx_power_w,
+        P.freq_hz,
+        P.boltzmann,
+        P.noise_temp_k,
+        P.bandwidth_hz,
+        P.fading_threshold,
+    ) == (0.2, 2.4e9, 1.38e-23, 290.0, 100e6, 2.0)
     assert P.wavelength_m == pytest.approx(299792458.0 / 2.4e9)
     assert P.noise_w == pytest.approx(1.38e-23 * 290.0 * 100e6)
 
 
-@pytest.mark.parametrize("field,bad", [
-    ("area_m", 0.0), ("area_m", -5.0), ("num_subchannels", 0), ("num_subchannels", 2.5),
-    ("rayleigh_gamma", 0.0), ("pathloss_exp", -1.0), ("d0_m", 0.0), ("tx_power_w", -0.1),
-    ("freq_hz", 0.0), ("boltzmann", 0.0), ("noise_temp_k", -1.0), ("bandwidth_hz", 0.0),
-    ("fading_threshold", -0.5), ("area_m", math.nan), ("tx_power_w", math.inf),
-])
+@pytest.mark.parametrize(
+    "field,bad",
+    [
+        ("area_m", 0.0),
+        ("area_m", -5.0),
+        ("num_subchannels", 0),
+        ("num_subchannels", 2.5),
+        ("rayleigh_gamma", 0.0),
+        ("pathloss_exp", -1.0),
+        ("d0_m", 0.0),
+        ("tx_power_w", -0.1),
+        ("freq_hz", 0.0),
+        ("boltzmann", 0.0),
+        ("noise_temp_k", -1.0),
+        ("bandwidth_hz", 0.0),
+        ("fading_threshold", -0.5),
+        ("area_m", math.nan),
+        ("tx_power_w", math.inf),
+    ],
+)
 def test_channel_params_rejects_bad_values(field, bad):
     with pytest.raises(ValueError, match=f"ChannelParams.{field}"):
         ChannelParams(**{field: bad})
@@ -151,11 +176,15 @@ def test_batched_call_equals_per_item_calls():
 def test_vmap_over_subchannels_matches_separate_params():
     t, nb = place_uniform(jax.random.key(11), 8)
     fs = jnp.arange(8, 21, 4)
-    sweep = jax.vmap(lambda f: error_probability(
-        t, nb, 10.0, dataclasses.replace(P, num_subchannels=f), moments="physical"))(fs)
+    sweep = jax.vmap(
+        lambda f: error_probability(
+            t, nb, 10.0, dataclasses.replace(P, num_subchannels=f), moments="physical"
+        )
+    )(fs)
     for i, f in enumerate(np.asarray(fs)):
-        ref = error_probability(t, nb, 10.0, ChannelParams(num_subchannels=int(f)),
-                                moments="physical")
+        ref = error_probability(
+            t, nb, 10.0, ChannelParams(num_subchannels=int(f)), moments="physical"
+        )
         np.testing.assert_allclose(sweep[i], ref, rtol=1e-5, atol=1e-7)
 
 
@@ -168,27 +197,29 @@ def test_no_recompilation_for_repeated_shapes():
     assert _perr_jit._cache_size() == before
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"target_xy": [np.nan, 1.0]}, "target_xy must be finite"),
-    ({"neighbor_xy": [[1.0, np.inf], [2.0, 3.0]]}, "neighbor_xy must be finite"),
-    ({"gamma_th": -5.0}, "gamma_th must be in"),
-    ({"gamma_th": 0.0}, "gamma_th must be in"),
-    ({"gamma_th": np.nan}, "gamma_th must be finite"),
-    ({"target_xy": [1.0, 2.0, 3.0]}, r"target_xy must have shape \[..., 2\]"),
-    ({"neighbor_xy": [[1.0, 2.0, 3.0]]}, r"neighbor_xy must have shape"),
-    ({"neighbor_xy": [1.0, 2.0]}, r"neighbor_xy must have shape"),
-    ({"neighbor_xy": np.zeros((0, 2))}, r"n >= 1"),
-    ({"target_xy": np.zeros((3, 2)), "neighbor_xy": np.zeros((4, 5, 2))}, "do not broadcast"),
-    ({"valid": [True, False, True]}, r"valid must have shape \[..., n\]"),
-    ({"target_xy": np.zeros((3, 2)), "valid": np.ones((4, 2), bool)}, "do not broadcast"),
-    ({"valid": [1, 0]}, "boolean mask"),
-    ({"moments": "bogus"}, "moments must be one of"),
-    ({"params": {"area_m": 50}}, "params must be a ChannelParams"),
-    ({"num_nodes": 1}, "num_nodes"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"target_xy": [np.nan, 1.0]}, "target_xy must be finite"),
+        ({"neighbor_xy": [[1.0, np.inf], [2.0, 3.0]]}, "neighbor_xy must be finite"),
+        ({"gamma_th": -5.0}, "gamma_th must be in"),
+        ({"gamma_th": 0.0}, "gamma_th must be in"),
+        ({"gamma_th": np.nan}, "gamma_th must be finite"),
+        ({"target_xy": [1.0, 2.0, 3.0]}, r"target_xy must have shape \[..., 2\]"),
+        ({"neighbor_xy": [[1.0, 2.0, 3.0]]}, r"neighbor_xy must have shape"),
+        ({"neighbor_xy": [1.0, 2.0]}, r"neighbor_xy must have shape"),
+        ({"neighbor_xy": np.zeros((0, 2))}, r"n >= 1"),
+        ({"target_xy": np.zeros((3, 2)), "neighbor_xy": np.zeros((4, 5, 2))}, "do not broadcast"),
+        ({"valid": [True, False, True]}, r"valid must have shape \[..., n\]"),
+        ({"target_xy": np.zeros((3, 2)), "valid": np.ones((4, 2), bool)}, "do not broadcast"),
+        ({"valid": [1, 0]}, "boolean mask"),
+        ({"moments": "bogus"}, "moments must be one of"),
+        ({"params": {"area_m": 50}}, "params must be a ChannelParams"),
+        ({"num_nodes": 1}, "num_nodes"),
+    ],
+)
 def test_error_probability_rejects_bad_input(kwargs, match):
-    args = {"target_xy": [10.0, 10.0], "neighbor_xy": [[1.0, 2.0], [30.0, 3.0]],
-            "gamma_th": 5.0}
+    args = {"target_xy": [10.0, 10.0], "neighbor_xy": [[1.0, 2.0], [30.0, 3.0]], "gamma_th": 5.0}
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         error_probability(**args)
@@ -199,7 +230,8 @@ def test_select_neighbors_threshold_and_validation():
     np.testing.assert_array_equal(select_neighbors(perr, 0.05), [True, False, False, True])
     np.testing.assert_array_equal(
         select_neighbors(perr, 0.3, jnp.array([True, True, False, False])),
-        [True, True, False, False])
+        [True, True, False, False],
+    )
     for eps in (0.0, 1.0, -0.1, 1.5, math.nan):
         with pytest.raises(ValueError, match="eps"):
             select_neighbors(perr, eps)

@@ -15,8 +15,23 @@ from pfedwn_jax.wireless import error_probability, place_uniform
 def test_neighbors_cli_table_json_and_plot(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     out_json, out_png = tmp_path / "t.json", tmp_path / "h.png"
-    rc = main(["neighbors", "--num-neighbors", "6", "--gamma-th", "10", "--eps", "0.05",
-               "--seed", "3", "--json", str(out_json), "--plot", str(out_png)])
+    rc = main(
+        [
+            "neighbors",
+            "--num-neighbors",
+            "6",
+            "--gamma-th",
+            "10",
+            "--eps",
+            "0.05",
+            "--seed",
+            "3",
+            "--json",
+            str(out_json),
+            "--plot",
+            str(out_png),
+        ]
+    )
     assert rc == 0
     text = capsys.readouterr().out
     rows = json.loads(out_json.read_text())["neighbors"]
@@ -28,10 +43,14 @@ def test_neighbors_cli_table_json_and_plot(tmp_path, capsys):
     assert f"selected {int(np.sum(perr < 0.05))} of 6" in text
 
 
-@pytest.mark.parametrize("argv,match", [
-    (["--eps", "1.5"], "eps"), (["--gamma-th", "-1"], "gamma_th"),
-    (["--num-neighbors", "0"], "num-neighbors"),
-])
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        (["--eps", "1.5"], "eps"),
+        (["--gamma-th", "-1"], "gamma_th"),
+        (["--num-neighbors", "0"], "num-neighbors"),
+    ],
+)
 def test_neighbors_cli_bad_input_is_a_clean_error(argv, match, capsys):
     assert main(["neighbors", *argv]) == 2
     err = capsys.readouterr().err

@@ -40,8 +40,9 @@ def test_lognormal_simulation_reproduces_formula(moments):
     nb[0] = t + np.array([2.0, 1.0])
     draws = 40_000
     perr = np.asarray(error_probability(t, nb, 5.0, moments=moments), float)
-    ok = simulate_links(jax.random.key(0), t, nb, 5.0, draws, interference="lognormal",
-                        moments=moments)
+    ok = simulate_links(
+        jax.random.key(0), t, nb, 5.0, draws, interference="lognormal", moments=moments
+    )
     assert ok.shape == (draws, 10)
     _assert_rate(ok, perr, draws)
 
@@ -75,8 +76,9 @@ def _one_interferer_failure(c_s, c_r, gamma_th, params):
         return f * (1 - math.exp(-u)) ** (f - 1) * math.exp(-u) * interferer_exceeds(y)
 
     u_kink = b * c_r / c_s * gamma_th  # where y crosses b (plus a negligible noise shift)
-    val = integrate.quad(integrand, b, b + 60, points=[u_kink] if b < u_kink < b + 60 else None,
-                         limit=200)[0]
+    val = integrate.quad(
+        integrand, b, b + 60, points=[u_kink] if b < u_kink < b + 60 else None, limit=200
+    )[0]
     return (1 - math.exp(-b)) ** f + val
 
 
@@ -87,8 +89,12 @@ def test_physical_with_one_interferer_matches_exact_integral():
     valid = np.array([True, True, False])
     gamma_th, draws = 5.0, 40_000
     c = P.tx_power_w * np.asarray(path_gain(jnp.array([10.0, 13.0]), P), float)
-    expected = np.array([_one_interferer_failure(c[0], c[1], gamma_th, P),
-                         _one_interferer_failure(c[1], c[0], gamma_th, P)])
+    expected = np.array(
+        [
+            _one_interferer_failure(c[0], c[1], gamma_th, P),
+            _one_interferer_failure(c[1], c[0], gamma_th, P),
+        ]
+    )
     assert expected.min() > 0.13  # interference matters beyond the non-transmission floor
     ok = simulate_links(jax.random.key(2), t, nb, gamma_th, draws, valid=valid)
     assert not np.any(np.asarray(ok)[:, 2])
@@ -119,27 +125,33 @@ def test_simulation_shapes_padding_and_reproducibility():
     t, nb = rng.uniform(0, 50, (3, 2)), rng.uniform(0, 50, (3, 5, 2))
     valid = np.ones((3, 5), bool)
     valid[1, 2] = valid[2, 4] = False
-    out = simulate_links(jax.random.key(4), t, nb, jnp.array([5.0, 10.0, 15.0]), 500,
-                         valid=valid)
+    out = simulate_links(jax.random.key(4), t, nb, jnp.array([5.0, 10.0, 15.0]), 500, valid=valid)
     assert out.shape == (500, 3, 5) and out.dtype == jnp.bool_
     assert not np.any(np.asarray(out)[:, ~valid])
-    again = simulate_links(jax.random.key(4), t, nb, jnp.array([5.0, 10.0, 15.0]), 500,
-                           valid=valid)
+    again = simulate_links(jax.random.key(4), t, nb, jnp.array([5.0, 10.0, 15.0]), 500, valid=valid)
     np.testing.assert_array_equal(out, again)
     # another key gives other outcomes
     other = simulate_links(jax.random.key(5), t, nb, 5.0, 500, valid=valid)
     assert not np.array_equal(np.asarray(other), np.asarray(out))
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"num_draws": 0}, "num_draws"),
-    ({"interference": "bogus"}, "interference must be one of"),
-    ({"gamma_th": -1.0}, "gamma_th"),
-    ({"target_xy": [np.inf, 0.0]}, "target_xy must be finite"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"num_draws": 0}, "num_draws"),
+        ({"interference": "bogus"}, "interference must be one of"),
+        ({"gamma_th": -1.0}, "gamma_th"),
+        ({"target_xy": [np.inf, 0.0]}, "target_xy must be finite"),
+    ],
+)
 def test_simulate_links_rejects_bad_input(kwargs, match):
-    args = {"key": jax.random.key(0), "target_xy": [1.0, 1.0],
-            "neighbor_xy": [[5.0, 5.0], [9.0, 1.0]], "gamma_th": 5.0, "num_draws": 10}
+    args = {
+        "key": jax.random.key(0),
+        "target_xy": [1.0, 1.0],
+        "neighbor_xy": [[5.0, 5.0], [9.0, 1.0]],
+        "gamma_th": 5.0,
+        "num_draws": 10,
+    }
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         simulate_links(**args)
@@ -147,6 +159,13 @@ def test_simulate_links_rejects_bad_input(kwargs, match):
 
 def test_simulate_links_needs_concrete_subchannels():
     with pytest.raises(ValueError, match="num_subchannels"):
-        jax.vmap(lambda f: simulate_links(
-            jax.random.key(0), [1.0, 1.0], [[5.0, 5.0]], 5.0, 10,
-            ChannelParams(num_subchannels=f)))(jnp.arange(8, 10))
+        jax.vmap(
+            lambda f: simulate_links(
+                jax.random.key(0),
+                [1.0, 1.0],
+                [[5.0, 5.0]],
+                5.0,
+                10,
+                ChannelParams(num_subchannels=f),
+            )
+        )(jnp.arange(8, 10))

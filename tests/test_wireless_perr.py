@@ -26,10 +26,22 @@ def _topologies():
     yield "single", t, t + np.array([[21.0, 9.0]]), 10.0, ChannelParams(tx_power_w=3e-4), None
     yield "30", rng.uniform(0, 50, 2), rng.uniform(0, 50, (30, 2)), 15.0, ChannelParams(), None
     valid = np.array([True, False, True, True, False, True])
-    yield ("padded, F=8, beta=1", t, rng.uniform(0, 50, (6, 2)), 2.0,
-           ChannelParams(num_subchannels=8, fading_threshold=1.0), valid)
-    yield ("noise-limited", t, rng.uniform(0, 50, (5, 2)), 10.0,
-           ChannelParams(tx_power_w=3e-4), None)
+    yield (
+        "padded, F=8, beta=1",
+        t,
+        rng.uniform(0, 50, (6, 2)),
+        2.0,
+        ChannelParams(num_subchannels=8, fading_threshold=1.0),
+        valid,
+    )
+    yield (
+        "noise-limited",
+        t,
+        rng.uniform(0, 50, (5, 2)),
+        10.0,
+        ChannelParams(tx_power_w=3e-4),
+        None,
+    )
 
 
 CASES = list(_topologies())
@@ -58,8 +70,9 @@ def test_matches_scipy_quad_to_1e_10(x64, moments, case):
 
 
 @pytest.mark.parametrize("moments", MOMENT_MODES)
-@pytest.mark.parametrize("params", [ChannelParams(), ChannelParams(num_subchannels=3,
-                                                                   fading_threshold=0.7)])
+@pytest.mark.parametrize(
+    "params", [ChannelParams(), ChannelParams(num_subchannels=3, fading_threshold=0.7)]
+)
 def test_interferer_moments_match_quad_definitions(x64, moments, params):
     mean, var = (float(v) for v in interferer_moments(params, moments))
     ref_mean, ref_var = moment_coefficients(params, moments)

@@ -25,10 +25,12 @@ from pfedwn_jax.wireless import (
 
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
-        "neighbors", help="channel-aware neighbor selection for one random topology",
+        "neighbors",
+        help="channel-aware neighbor selection for one random topology",
         description="Place a target and N neighbors uniformly in the area, compute each "
-                    "link's transmission error probability and select neighbors with "
-                    "P_err < eps (paper Sec. III-B).")
+        "link's transmission error probability and select neighbors with "
+        "P_err < eps (paper Sec. III-B).",
+    )
     p.add_argument("--num-neighbors", type=int, default=10)
     p.add_argument("--gamma-th", type=float, default=5.0, help="SINR threshold (linear)")
     p.add_argument("--eps", type=float, default=0.05, help="selection threshold on P_err")
@@ -40,8 +42,14 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def probe_field(target: Any, neighbors: Any, gamma_th: float, params: ChannelParams,
-                moments: str, grid: int = 120) -> tuple[np.ndarray, np.ndarray]:
+def probe_field(
+    target: Any,
+    neighbors: Any,
+    gamma_th: float,
+    params: ChannelParams,
+    moments: str,
+    grid: int = 120,
+) -> tuple[np.ndarray, np.ndarray]:
     """P_err of a probe neighbor at each grid point, all placed neighbors interfering."""
     axis = np.linspace(0.0, float(params.area_m), grid)
     gx, gy = np.meshgrid(axis, axis)
@@ -52,8 +60,17 @@ def probe_field(target: Any, neighbors: Any, gamma_th: float, params: ChannelPar
     return axis, np.asarray(perr[:, 0]).reshape(grid, grid)
 
 
-def plot_heatmap(path: Path, target: Any, neighbors: Any, perr: Any, chosen: Any,
-                 gamma_th: float, eps: float, params: ChannelParams, moments: str) -> None:
+def plot_heatmap(
+    path: Path,
+    target: Any,
+    neighbors: Any,
+    perr: Any,
+    chosen: Any,
+    gamma_th: float,
+    eps: float,
+    params: ChannelParams,
+    moments: str,
+) -> None:
     """Positions coloured by P_err over a probe-neighbor P_err field; selected ones ringed."""
     import matplotlib
 
@@ -62,23 +79,60 @@ def plot_heatmap(path: Path, target: Any, neighbors: Any, perr: Any, chosen: Any
 
     axis, field = probe_field(target, neighbors, gamma_th, params, moments)
     fig, ax = plt.subplots(figsize=(6.4, 5.4))
-    im = ax.pcolormesh(axis, axis, field, cmap="viridis_r", shading="auto", vmin=0.0,
-                       vmax=float(np.exp(-params.fading_threshold**2 / params.rayleigh_gamma)))
+    im = ax.pcolormesh(
+        axis,
+        axis,
+        field,
+        cmap="viridis_r",
+        shading="auto",
+        vmin=0.0,
+        vmax=float(np.exp(-(params.fading_threshold**2) / params.rayleigh_gamma)),
+    )
     fig.colorbar(im, ax=ax, label="P_err of a neighbor at this position")
     nb = np.asarray(neighbors)
-    ax.scatter(nb[:, 0], nb[:, 1], c=np.asarray(perr), cmap="viridis_r", vmin=im.norm.vmin,
-               vmax=im.norm.vmax, edgecolors="white", s=70, zorder=3)
+    ax.scatter(
+        nb[:, 0],
+        nb[:, 1],
+        c=np.asarray(perr),
+        cmap="viridis_r",
+        vmin=im.norm.vmin,
+        vmax=im.norm.vmax,
+        edgecolors="white",
+        s=70,
+        zorder=3,
+    )
     sel = np.asarray(chosen)
-    ax.scatter(nb[sel, 0], nb[sel, 1], facecolors="none", edgecolors="red", s=220,
-               linewidths=2, zorder=4, label=f"selected (P_err < {eps:g})")
+    ax.scatter(
+        nb[sel, 0],
+        nb[sel, 1],
+        facecolors="none",
+        edgecolors="red",
+        s=220,
+        linewidths=2,
+        zorder=4,
+        label=f"selected (P_err < {eps:g})",
+    )
     for i, (x, y) in enumerate(nb):
-        ax.annotate(str(i + 1), (x, y), xytext=(6, 6), textcoords="offset points",
-                    color="white", fontsize=9, zorder=5)
+        ax.annotate(
+            str(i + 1),
+            (x, y),
+            xytext=(6, 6),
+            textcoords="offset points",
+            color="white",
+            fontsize=9,
+            zorder=5,
+        )
     t = np.asarray(target)
-    ax.scatter([t[0]], [t[1]], marker="*", s=350, c="black", edgecolors="white", zorder=5,
-               label="target")
-    ax.set(xlim=(0, float(params.area_m)), ylim=(0, float(params.area_m)), xlabel="x (m)",
-           ylabel="y (m)", title=f"P_err, gamma_th={gamma_th:g}, moments={moments}")
+    ax.scatter(
+        [t[0]], [t[1]], marker="*", s=350, c="black", edgecolors="white", zorder=5, label="target"
+    )
+    ax.set(
+        xlim=(0, float(params.area_m)),
+        ylim=(0, float(params.area_m)),
+        xlabel="x (m)",
+        ylabel="y (m)",
+        title=f"P_err, gamma_th={gamma_th:g}, moments={moments}",
+    )
     ax.set_aspect("equal")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.11), ncol=2, fontsize=8)
     fig.tight_layout()
@@ -96,26 +150,55 @@ def run(args: argparse.Namespace) -> int:
     perr = error_probability(target, neighbors, args.gamma_th, params, args.moments)
     chosen = select_neighbors(perr, args.eps)
     dist = np.asarray(jnp.linalg.norm(neighbors - target, axis=-1))
-    print(f"target at ({float(target[0]):.1f}, {float(target[1]):.1f}) m; gamma_th="
-          f"{args.gamma_th:g}, eps={args.eps:g}, |F|={args.num_subchannels}, "
-          f"moments={args.moments}")
+    print(
+        f"target at ({float(target[0]):.1f}, {float(target[1]):.1f}) m; gamma_th="
+        f"{args.gamma_th:g}, eps={args.eps:g}, |F|={args.num_subchannels}, "
+        f"moments={args.moments}"
+    )
     print(f"{'id':>3} {'x (m)':>7} {'y (m)':>7} {'dist (m)':>9} {'P_err':>10}  selected")
     rows = []
     for i in range(n):
         x, y = (float(v) for v in neighbors[i])
-        rows.append({"id": i + 1, "x": x, "y": y, "distance_m": float(dist[i]),
-                     "perr": float(perr[i]), "selected": bool(chosen[i])})
-        print(f"{i + 1:>3} {x:>7.1f} {y:>7.1f} {dist[i]:>9.2f} {float(perr[i]):>10.4g}  "
-              f"{'yes' if chosen[i] else 'no'}")
-    print(f"selected {int(np.sum(chosen))} of {n}: "
-          f"{[r['id'] for r in rows if r['selected']]}")
+        rows.append(
+            {
+                "id": i + 1,
+                "x": x,
+                "y": y,
+                "distance_m": float(dist[i]),
+                "perr": float(perr[i]),
+                "selected": bool(chosen[i]),
+            }
+        )
+        print(
+            f"{i + 1:>3} {x:>7.1f} {y:>7.1f} {dist[i]:>9.2f} {float(perr[i]):>10.4g}  "
+            f"{'yes' if chosen[i] else 'no'}"
+        )
+    print(f"selected {int(np.sum(chosen))} of {n}: {[r['id'] for r in rows if r['selected']]}")
     if args.json is not None:
-        _write_json(args.json, {"target": [float(v) for v in target], "gamma_th": args.gamma_th,
-                                "eps": args.eps, "moments": args.moments, "seed": args.seed,
-                                "params": params.to_dict(), "neighbors": rows})
+        _write_json(
+            args.json,
+            {
+                "target": [float(v) for v in target],
+                "gamma_th": args.gamma_th,
+                "eps": args.eps,
+                "moments": args.moments,
+                "seed": args.seed,
+                "params": params.to_dict(),
+                "neighbors": rows,
+            },
+        )
     if args.plot is not None:
-        plot_heatmap(args.plot, target, neighbors, perr, chosen, args.gamma_th, args.eps,
-                     params, args.moments)
+        plot_heatmap(
+            args.plot,
+            target,
+            neighbors,
+            perr,
+            chosen,
+            args.gamma_th,
+            args.eps,
+            params,
+            args.moments,
+        )
         print(f"wrote {args.plot}")
     return 0
 

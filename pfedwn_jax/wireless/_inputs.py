@@ -25,9 +25,14 @@ def _shape(name: str, x: Any) -> tuple[int, ...]:
         raise ValueError(f"{name} must be an array of numbers; got {type(x).__name__}") from e
 
 
-def link_inputs(target_xy: Any, neighbor_xy: Any, gamma_th: Any, valid: Any,
-                params: Any, moments: str | None = None
-                ) -> tuple[Any, Any, Any, Any, ChannelParams]:
+def link_inputs(
+    target_xy: Any,
+    neighbor_xy: Any,
+    gamma_th: Any,
+    valid: Any,
+    params: Any,
+    moments: str | None = None,
+) -> tuple[Any, Any, Any, Any, ChannelParams]:
     """Validate and broadcast the link-level inputs.
 
     Returns (target [..., 2], neighbor [..., n, 2], gamma_th [...], valid [..., n] bool,
@@ -37,18 +42,22 @@ def link_inputs(target_xy: Any, neighbor_xy: Any, gamma_th: Any, valid: Any,
         raise ValueError(f"params must be a ChannelParams; got {type(params).__name__}")
     if moments is not None:
         check_choice("moments", moments, MOMENT_MODES)
-    t_shape, n_shape, g_shape = (_shape("target_xy", target_xy),
-                                 _shape("neighbor_xy", neighbor_xy),
-                                 _shape("gamma_th", gamma_th))
+    t_shape, n_shape, g_shape = (
+        _shape("target_xy", target_xy),
+        _shape("neighbor_xy", neighbor_xy),
+        _shape("gamma_th", gamma_th),
+    )
     if len(t_shape) < 1 or t_shape[-1] != 2:
         raise ValueError(f"target_xy must have shape [..., 2]; got {list(t_shape)}")
     if len(n_shape) < 2 or n_shape[-1] != 2 or n_shape[-2] < 1:
         raise ValueError(
-            f"neighbor_xy must have shape [..., n, 2] with n >= 1; got {list(n_shape)}")
+            f"neighbor_xy must have shape [..., n, 2] with n >= 1; got {list(n_shape)}"
+        )
     v_shape = None if valid is None else _shape("valid", valid)
     if v_shape is not None and (len(v_shape) < 1 or v_shape[-1] not in (1, n_shape[-2])):
         raise ValueError(
-            f"valid must have shape [..., n] with n = {n_shape[-2]}; got {list(v_shape)}")
+            f"valid must have shape [..., n] with n = {n_shape[-2]}; got {list(v_shape)}"
+        )
     shapes = [t_shape[:-1], n_shape[:-2], g_shape] + ([] if v_shape is None else [v_shape[:-1]])
     try:
         batch = jnp.broadcast_shapes(*shapes)
@@ -59,8 +68,7 @@ def link_inputs(target_xy: Any, neighbor_xy: Any, gamma_th: Any, valid: Any,
             + ("" if v_shape is None else f", valid {list(v_shape)} ([..., n])")
         ) from e
     n = n_shape[-2]
-    for name, x in (("target_xy", target_xy), ("neighbor_xy", neighbor_xy),
-                    ("gamma_th", gamma_th)):
+    for name, x in (("target_xy", target_xy), ("neighbor_xy", neighbor_xy), ("gamma_th", gamma_th)):
         check_finite(name, x)
     check_range("gamma_th", gamma_th, 0.0, None, low_inclusive=False)
     if valid is None:

@@ -34,8 +34,11 @@ def log_received_scale(distance: Any, params: ChannelParams) -> Any:
     """ln(P hhat^2): `path_gain` times transmit power, in the log domain (no underflow)."""
     d = jnp.maximum(distance, params.d0_m)
     log_k = 2.0 * (jnp.log(params.wavelength_m) - jnp.log(4.0 * jnp.pi * params.d0_m))
-    return (jnp.log(params.tx_power_w) + log_k
-            + params.pathloss_exp * (jnp.log(params.d0_m) - jnp.log(d)))
+    return (
+        jnp.log(params.tx_power_w)
+        + log_k
+        + params.pathloss_exp * (jnp.log(params.d0_m) - jnp.log(d))
+    )
 
 
 def rayleigh_pdf(x: Any, gamma: Any) -> Any:
@@ -88,8 +91,9 @@ def best_channel_moments(params: ChannelParams, dtype: Any = None) -> tuple[Any,
     return g * j1, g * g * j2
 
 
-def interferer_moments(params: ChannelParams, moments: str = "paper",
-                       dtype: Any = None) -> tuple[Any, Any]:
+def interferer_moments(
+    params: ChannelParams, moments: str = "paper", dtype: Any = None
+) -> tuple[Any, Any]:
     """Mean and variance of one interferer's contribution per unit received scale c_r.
 
     Interferer r adds c_r * X_r to the target's sub-channel; the interference sums are

@@ -32,8 +32,16 @@ from pfedwn_jax.wireless.perr import (
 INTERFERENCE_MODES = ("physical", "lognormal")
 
 
-def _physical(key: Any, log_c: Any, rel: Any, gamma_th: Any, valid: Any,
-              params: ChannelParams, num_draws: int, num_sub: int) -> Any:
+def _physical(
+    key: Any,
+    log_c: Any,
+    rel: Any,
+    gamma_th: Any,
+    valid: Any,
+    params: ChannelParams,
+    num_draws: int,
+    num_sub: int,
+) -> Any:
     rho = power_ratio_matrix(rel)
     shape = (num_draws, *valid.shape, num_sub)
     u = jax.random.exponential(key, shape, log_c.dtype)  # h^2 / Gamma per sub-channel
@@ -47,8 +55,17 @@ def _physical(key: Any, log_c: Any, rel: Any, gamma_th: Any, valid: Any,
     return tx & (u_max >= gamma_th[..., None] * (noise + interf))
 
 
-def _lognormal(key: Any, log_c: Any, rel: Any, gamma_th: Any, valid: Any,
-               params: ChannelParams, m1: Any, var1: Any, num_draws: int) -> Any:
+def _lognormal(
+    key: Any,
+    log_c: Any,
+    rel: Any,
+    gamma_th: Any,
+    valid: Any,
+    params: ChannelParams,
+    m1: Any,
+    var1: Any,
+    num_draws: int,
+) -> Any:
     k_h, k_i = jax.random.split(key)
     s1, s2 = interference_ratios(rel)
     mean = m1 * s1  # E[I] / c_s
@@ -67,22 +84,39 @@ def _lognormal(key: Any, log_c: Any, rel: Any, gamma_th: Any, valid: Any,
     return valid & ~error
 
 
-def _simulate_impl(key: Any, target: Any, neighbor: Any, gamma_th: Any, valid: Any,
-                   params: ChannelParams, m1: Any, var1: Any, num_draws: int,
-                   interference: str, num_sub: int) -> Any:
+def _simulate_impl(
+    key: Any,
+    target: Any,
+    neighbor: Any,
+    gamma_th: Any,
+    valid: Any,
+    params: ChannelParams,
+    m1: Any,
+    var1: Any,
+    num_draws: int,
+    interference: str,
+    num_sub: int,
+) -> Any:
     _, log_c, rel = link_geometry(target, neighbor, valid, params)
     if interference == "physical":
         return _physical(key, log_c, rel, gamma_th, valid, params, num_draws, num_sub)
     return _lognormal(key, log_c, rel, gamma_th, valid, params, m1, var1, num_draws)
 
 
-_simulate_jit = jax.jit(_simulate_impl,
-                        static_argnames=("num_draws", "interference", "num_sub"))
+_simulate_jit = jax.jit(_simulate_impl, static_argnames=("num_draws", "interference", "num_sub"))
 
 
-def simulate_links(key: Any, target_xy: Any, neighbor_xy: Any, gamma_th: Any, num_draws: int,
-                   params: ChannelParams | None = None, valid: Any = None,
-                   interference: str = "physical", moments: str = "paper") -> jax.Array:
+def simulate_links(
+    key: Any,
+    target_xy: Any,
+    neighbor_xy: Any,
+    gamma_th: Any,
+    num_draws: int,
+    params: ChannelParams | None = None,
+    valid: Any = None,
+    interference: str = "physical",
+    moments: str = "paper",
+) -> jax.Array:
     """Per-draw packet success of each neighbor -> target link: bool [num_draws, ..., n].
 
     Shapes as in `error_probability`. Draws are independent fading realisations (block
@@ -94,11 +128,25 @@ def simulate_links(key: Any, target_xy: Any, neighbor_xy: Any, gamma_th: Any, nu
     check_choice("interference", interference, INTERFERENCE_MODES)
     num_draws = check_int("num_draws", num_draws, 1, None)
     if not is_concrete(params.num_subchannels) or np.ndim(params.num_subchannels) != 0:
-        raise ValueError("simulate_links needs a concrete scalar params.num_subchannels "
-                         "(it sets the number of amplitudes drawn per node)")
+        raise ValueError(
+            "simulate_links needs a concrete scalar params.num_subchannels "
+            "(it sets the number of amplitudes drawn per node)"
+        )
     num_sub = int(np.asarray(params.num_subchannels))
     target, neighbor, gamma, valid_arr, params = link_inputs(
-        target_xy, neighbor_xy, gamma_th, valid, params, moments)
+        target_xy, neighbor_xy, gamma_th, valid, params, moments
+    )
     m1, var1 = moment_coefficients(params, moments=moments)
-    return _simulate_jit(key, target, neighbor, gamma, valid_arr, params, m1, var1,
-                         num_draws=num_draws, interference=interference, num_sub=num_sub)
+    return _simulate_jit(
+        key,
+        target,
+        neighbor,
+        gamma,
+        valid_arr,
+        params,
+        m1,
+        var1,
+        num_draws=num_draws,
+        interference=interference,
+        num_sub=num_sub,
+    )

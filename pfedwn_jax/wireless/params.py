@@ -74,12 +74,14 @@ class ChannelParams:
             if arr is None:
                 continue
             check_finite(f"ChannelParams.{name}", arr.astype(float))
-            check_range(f"ChannelParams.{name}", arr, low, None, low_inclusive=low_inc,
-                        high_inclusive=False)
+            check_range(
+                f"ChannelParams.{name}", arr, low, None, low_inclusive=low_inc, high_inclusive=False
+            )
             if name == "num_subchannels" and not np.all(np.mod(arr, 1) == 0):
                 bad = arr[np.mod(arr, 1) != 0].ravel()[0]
                 raise ValueError(
-                    f"ChannelParams.num_subchannels must be an integer >= 1; got {bad!r}")
+                    f"ChannelParams.num_subchannels must be an integer >= 1; got {bad!r}"
+                )
 
     # Derived quantities (work on traced fields too).
     @property

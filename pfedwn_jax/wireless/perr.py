@@ -34,16 +34,26 @@ from pfedwn_jax.wireless.quadrature import integrate
 # x = beta, traced inputs) get 48 nodes (< 1e-12 in our stress tests); see docs/wireless.md.
 EASY_NODES = {"float32": 10, "float64": 16}
 ROBUST_NODES = 48
-_EASY_FIELDS = ("freq_hz", "tx_power_w", "d0_m", "pathloss_exp", "boltzmann", "noise_temp_k",
-                "bandwidth_hz", "fading_threshold", "rayleigh_gamma")
+_EASY_FIELDS = (
+    "freq_hz",
+    "tx_power_w",
+    "d0_m",
+    "pathloss_exp",
+    "boltzmann",
+    "noise_temp_k",
+    "bandwidth_hz",
+    "fading_threshold",
+    "rayleigh_gamma",
+)
 _TAIL = 40.0  # 1 - G(ln(s0 + 40)) < e^{-40} ~ 4e-18
 _Z = 9.0  # Phi_c(9) ~ 1e-19: Gaussian tails dropped
 _SQRT_HALF = 0.7071067811865476
 _INV_SQRT_2PI = 0.3989422804014327
 
 
-def link_geometry(target: Any, neighbor: Any, valid: Any, params: ChannelParams
-                  ) -> tuple[Any, Any, Any]:
+def link_geometry(
+    target: Any, neighbor: Any, valid: Any, params: ChannelParams
+) -> tuple[Any, Any, Any]:
     """Distances d [..., n], ln c [..., n] and relative powers rel [..., n].
 
     c_j = P hhat_j^2 is node j's received power scale at the target; rel_j = c_j / max_valid c
@@ -54,7 +64,8 @@ def link_geometry(target: Any, neighbor: Any, valid: Any, params: ChannelParams
     d2 = dx * dx + dy * dy  # (explicit: XLA reduces a size-2 minor axis slowly on CPU)
     # ln c from the squared distance (one log, no sqrt on the hot path)
     log_c = log_received_scale(params.d0_m, params) - 0.5 * params.pathloss_exp * (
-        jnp.log(jnp.maximum(d2, params.d0_m**2)) - 2.0 * jnp.log(params.d0_m))
+        jnp.log(jnp.maximum(d2, params.d0_m**2)) - 2.0 * jnp.log(params.d0_m)
+    )
     d = jnp.sqrt(d2)
     top = jnp.max(jnp.where(valid, log_c, -jnp.inf), axis=-1, keepdims=True)
     top = jnp.where(jnp.isfinite(top), top, 0.0)  # no valid node at all
@@ -96,8 +107,16 @@ def _moments_impl(params: ChannelParams, moments: str) -> tuple[Any, Any]:
 moment_coefficients = jax.jit(_moments_impl, static_argnames="moments")
 
 
-def _perr_impl(target: Any, neighbor: Any, gamma_th: Any, valid: Any,
-               params: ChannelParams, m1: Any, var1: Any, num_nodes: int) -> Any:
+def _perr_impl(
+    target: Any,
+    neighbor: Any,
+    gamma_th: Any,
+    valid: Any,
+    params: ChannelParams,
+    m1: Any,
+    var1: Any,
+    num_nodes: int,
+) -> Any:
     dtype = target.dtype
     _, log_c, rel = link_geometry(target, neighbor, valid, params)
     s1, s2 = interference_ratios(rel)
@@ -135,24 +154,31 @@ def _perr_impl(target: Any, neighbor: Any, gamma_th: Any, valid: Any,
     def integrand(z: Any) -> Any:  # z: [..., n, num_nodes]
         return jnp.exp(-jnp.exp(z) - 0.5 * jnp.square((z - m_) * inv_))
 
-    quad = integrate(integrand, jnp.where(has_intf, lo, 0.0), jnp.where(has_intf, hi, 0.0),
-                     num_nodes, dtype) * (inv * _INV_SQRT_2PI)
+    quad = integrate(
+        integrand, jnp.where(has_intf, lo, 0.0), jnp.where(has_intf, hi, 0.0), num_nodes, dtype
+    ) * (inv * _INV_SQRT_2PI)
     perr = jnp.where(has_intf, p_noise + jnp.exp(-kappa) * (closed - quad), p_noise)
     return jnp.where(valid, jnp.clip(perr, 0.0, 1.0), 1.0)
 
 
 def _log_noise(params: ChannelParams) -> Any:
     """ln(kappa T W), the thermal noise power in the log domain."""
-    return (jnp.log(params.boltzmann) + jnp.log(params.noise_temp_k)
-            + jnp.log(params.bandwidth_hz))
+    return jnp.log(params.boltzmann) + jnp.log(params.noise_temp_k) + jnp.log(params.bandwidth_hz)
 
 
 _perr_jit = jax.jit(_perr_impl, static_argnames="num_nodes")
 
 
-def error_probability(target_xy: Any, neighbor_xy: Any, gamma_th: Any,
-                      params: ChannelParams | None = None, moments: str = "paper",
-                      valid: Any = None, *, num_nodes: int | None = None) -> jax.Array:
+def error_probability(
+    target_xy: Any,
+    neighbor_xy: Any,
+    gamma_th: Any,
+    params: ChannelParams | None = None,
+    moments: str = "paper",
+    valid: Any = None,
+    *,
+    num_nodes: int | None = None,
+) -> jax.Array:
     """P_err of each neighbor -> target link; shape [..., n].
 
     Args:
@@ -171,18 +197,19 @@ def error_probability(target_xy: Any, neighbor_xy: Any, gamma_th: Any,
     if num_nodes is not None:
         num_nodes = check_int("num_nodes", num_nodes, 2, 4096)
     target, neighbor, gamma, valid_arr, params = link_inputs(
-        target_xy, neighbor_xy, gamma_th, valid, params, moments)
+        target_xy, neighbor_xy, gamma_th, valid, params, moments
+    )
     if num_nodes is None:
-        num_nodes = default_num_nodes(target_xy, neighbor_xy, gamma_th, params,
-                                      jnp.dtype(target.dtype).name)
+        num_nodes = default_num_nodes(
+            target_xy, neighbor_xy, gamma_th, params, jnp.dtype(target.dtype).name
+        )
     m1, var1 = moment_coefficients(params, moments=moments)
     return _perr_jit(target, neighbor, gamma, valid_arr, params, m1, var1, num_nodes=num_nodes)
 
 
-
-
-def default_num_nodes(target_xy: Any, neighbor_xy: Any, gamma_th: Any,
-                      params: ChannelParams, dtype_name: str) -> int:
+def default_num_nodes(
+    target_xy: Any, neighbor_xy: Any, gamma_th: Any, params: ChannelParams, dtype_name: str
+) -> int:
     """Node count for a call: `EASY_NODES[dtype]` if provably easy, else `ROBUST_NODES`.
 
     Easy means min over links of s0 = b - kappa is >= 1, checked on the host with the
@@ -199,8 +226,11 @@ def default_num_nodes(target_xy: Any, neighbor_xy: Any, gamma_th: Any,
     span = max(float(c.max()) for c in coords) - min(float(c.min()) for c in coords)
     d_max = math.sqrt(2.0) * span
     lam = SPEED_OF_LIGHT / f["freq_hz"]
-    c_min = (f["tx_power_w"] * (lam / (4 * np.pi * f["d0_m"])) ** 2
-             * (f["d0_m"] / np.maximum(d_max, f["d0_m"])) ** f["pathloss_exp"])
+    c_min = (
+        f["tx_power_w"]
+        * (lam / (4 * np.pi * f["d0_m"])) ** 2
+        * (f["d0_m"] / np.maximum(d_max, f["d0_m"])) ** f["pathloss_exp"]
+    )
     noise = f["boltzmann"] * f["noise_temp_k"] * f["bandwidth_hz"]
     b = f["fading_threshold"] ** 2 / f["rayleigh_gamma"]
     s0_min = np.min(b - g_max * noise / (c_min * f["rayleigh_gamma"]))

@@ -22,15 +22,22 @@ def _tail_moment(power: int, weight: Any, params: ChannelParams) -> float:
     from scipy.integrate import quad
 
     g, beta = float(params.rayleigh_gamma), float(params.fading_threshold)
-    val, _ = quad(lambda x: x**power * 2.0 * x / g * math.exp(-x * x / g) * weight(x),
-                  beta, math.inf, **QUAD_OPTS)
+    val, _ = quad(
+        lambda x: x**power * 2.0 * x / g * math.exp(-x * x / g) * weight(x),
+        beta,
+        math.inf,
+        **QUAD_OPTS,
+    )
     return val
 
 
 def moment_coefficients(params: ChannelParams, moments: str) -> tuple[float, float]:
     """Per-unit-power mean and variance of one interferer, each mode from its definition."""
-    g, beta, f = (float(params.rayleigh_gamma), float(params.fading_threshold),
-                  int(params.num_subchannels))
+    g, beta, f = (
+        float(params.rayleigh_gamma),
+        float(params.fading_threshold),
+        int(params.num_subchannels),
+    )
     q = (1.0 - (1.0 - math.exp(-beta * beta / g)) ** f) / f
     if moments == "physical":
         w = lambda x: (1.0 - math.exp(-x * x / g)) ** (f - 1)
@@ -50,13 +57,17 @@ def received_power_scale(distance: np.ndarray, params: ChannelParams) -> np.ndar
     """P * hhat^2 in watts per unit |h|^2 (single-slope path loss, d clamped to d0)."""
     lam = SPEED_OF_LIGHT / float(params.freq_hz)
     d0 = float(params.d0_m)
-    hhat = lam / (4.0 * math.pi * d0) * np.sqrt((d0 / np.maximum(distance, d0))
-                                                ** float(params.pathloss_exp))
+    hhat = (
+        lam
+        / (4.0 * math.pi * d0)
+        * np.sqrt((d0 / np.maximum(distance, d0)) ** float(params.pathloss_exp))
+    )
     return float(params.tx_power_w) * hhat**2
 
 
-def link_integral(c_s: float, mean: float, var: float, gamma_th: float,
-                  params: ChannelParams) -> float:
+def link_integral(
+    c_s: float, mean: float, var: float, gamma_th: float, params: ChannelParams
+) -> float:
     """int_beta^inf p(x) v(c_s x^2/gamma_th - sigma_n^2) dx for one link, by quad."""
     from scipy.integrate import quad
 
@@ -78,16 +89,23 @@ def link_integral(c_s: float, mean: float, var: float, gamma_th: float,
     # breakpoints: where the CCDF argument crosses 0 and the log-normal median / +-4 sigma
     pts = [math.sqrt(noise * gamma_th / c_s)]
     if mean > 0:
-        pts += [math.sqrt((math.exp(mu + k * sig) + noise) * gamma_th / c_s)
-                for k in (-4.0, 0.0, 4.0)]
+        pts += [
+            math.sqrt((math.exp(mu + k * sig) + noise) * gamma_th / c_s) for k in (-4.0, 0.0, 4.0)
+        ]
     pts = sorted(p for p in pts if beta < p < x_hi)
-    val, _ = quad(lambda x: pdf(x) * ccdf(c_s * x * x / gamma_th - noise), beta, x_hi,
-                  points=pts or None, **QUAD_OPTS)
+    val, _ = quad(
+        lambda x: pdf(x) * ccdf(c_s * x * x / gamma_th - noise),
+        beta,
+        x_hi,
+        points=pts or None,
+        **QUAD_OPTS,
+    )
     return val
 
 
-def link_statistics(target_xy: Any, neighbor_xy: Any, params: ChannelParams, moments: str,
-                    valid: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def link_statistics(
+    target_xy: Any, neighbor_xy: Any, params: ChannelParams, moments: str, valid: Any = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(c_s, E[I], D[I]) in watts for one target's n links (plain loops over interferers)."""
     t = np.asarray(target_xy, float)
     nb = np.asarray(neighbor_xy, float)
@@ -104,13 +122,22 @@ def link_statistics(target_xy: Any, neighbor_xy: Any, params: ChannelParams, mom
     return c, mean, var
 
 
-def error_probability_reference(target_xy: Any, neighbor_xy: Any, gamma_th: float,
-                                params: ChannelParams | None = None, moments: str = "paper",
-                                valid: Any = None) -> np.ndarray:
+def error_probability_reference(
+    target_xy: Any,
+    neighbor_xy: Any,
+    gamma_th: float,
+    params: ChannelParams | None = None,
+    moments: str = "paper",
+    valid: Any = None,
+) -> np.ndarray:
     """P_err [n] of one target's links, link by link with scipy quad (1.0 for invalid slots)."""
     params = ChannelParams() if params is None else params
     n = np.asarray(neighbor_xy).shape[0]
     ok = np.ones(n, bool) if valid is None else np.asarray(valid, bool)
     c, mean, var = link_statistics(target_xy, neighbor_xy, params, moments, ok)
-    return np.array([link_integral(c[s], mean[s], var[s], float(gamma_th), params)
-                     if ok[s] else 1.0 for s in range(n)])
+    return np.array(
+        [
+            link_integral(c[s], mean[s], var[s], float(gamma_th), params) if ok[s] else 1.0
+            for s in range(n)
+        ]
+    )

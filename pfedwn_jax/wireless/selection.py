@@ -26,8 +26,8 @@ def select_neighbors(perr: Any, eps: Any, valid: Any = None) -> jax.Array:
         shape = jnp.broadcast_shapes(np.shape(perr), np.shape(eps))
     except ValueError as e:
         raise ValueError(
-            f"eps shape {list(np.shape(eps))} does not broadcast with perr "
-            f"{list(np.shape(perr))}") from e
+            f"eps shape {list(np.shape(eps))} does not broadcast with perr {list(np.shape(perr))}"
+        ) from e
     chosen = perr < eps
     if valid is not None:
         if is_concrete(valid) and np.asarray(valid).dtype != bool:
@@ -35,7 +35,9 @@ def select_neighbors(perr: Any, eps: Any, valid: Any = None) -> jax.Array:
         try:
             jnp.broadcast_shapes(shape, np.shape(valid))
         except ValueError as e:
-            raise ValueError(f"valid shape {list(np.shape(valid))} does not broadcast with "
-                             f"perr {list(np.shape(perr))}") from e
+            raise ValueError(
+                f"valid shape {list(np.shape(valid))} does not broadcast with "
+                f"perr {list(np.shape(perr))}"
+            ) from e
         chosen = chosen & valid
     return chosen

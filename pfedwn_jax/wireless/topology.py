@@ -19,8 +19,9 @@ def _check_key(key: Any) -> None:
         raise ValueError("key must be a jax.random key (jax.random.key / PRNGKey)")
 
 
-def place_uniform(key: Any, num_neighbors: int, params: ChannelParams | None = None
-                  ) -> tuple[jax.Array, jax.Array]:
+def place_uniform(
+    key: Any, num_neighbors: int, params: ChannelParams | None = None
+) -> tuple[jax.Array, jax.Array]:
     """Target [2] and `num_neighbors` neighbors [n, 2], i.i.d. uniform in [0, area]^2.
 
     vmap over keys for batches: `jax.vmap(place_uniform, (0, None))(keys, n)`.
@@ -31,8 +32,9 @@ def place_uniform(key: Any, num_neighbors: int, params: ChannelParams | None = N
     return xy[0], xy[1:]
 
 
-def sample_ppp(key: Any, density: Any, params: ChannelParams | None = None,
-               max_nodes: int = 64) -> tuple[jax.Array, jax.Array]:
+def sample_ppp(
+    key: Any, density: Any, params: ChannelParams | None = None, max_nodes: int = 64
+) -> tuple[jax.Array, jax.Array]:
     """Poisson point process of `density` nodes/m^2 in the area, padded to `max_nodes`.
 
     Returns (xy [max_nodes, 2], valid [max_nodes] bool). The node count is Poisson with mean
