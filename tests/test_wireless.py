@@ -21,6 +21,7 @@ from pfedwn_jax.wireless import (
     rayleigh_pdf,
     sample_ppp,
     select_neighbors,
+    simulate_links,
     threshold_moments,
     transmit_probability,
 )
@@ -278,3 +279,14 @@ def test_node_count_rule_easy_for_table_one_robust_otherwise():
     for params in (ChannelParams(fading_threshold=0.5), ChannelParams(tx_power_w=3e-4)):
         assert default_num_nodes(t, nb, 15.0, params, "float64") == ROBUST_NODES
     assert jax.jit(lambda g: default_num_nodes(t, nb, g, P, "float32"))(5.0) == ROBUST_NODES
+
+
+def test_callable_inside_a_callers_jit():
+    # Other modules call the API from their own jitted code: value checks are skipped there
+    # and the node count falls back to the robust rule, giving the same values.
+    t, nb = place_uniform(jax.random.key(8), 7)
+    eager = np.asarray(error_probability(t, nb, 5.0))
+    traced = jax.jit(lambda a, b, g: error_probability(a, b, g))(t, nb, 5.0)
+    np.testing.assert_allclose(traced, eager, atol=1e-6)
+    ok = jax.jit(lambda k, a, b: simulate_links(k, a, b, 5.0, 4))(jax.random.key(0), t, nb)
+    assert ok.shape == (4, 7)
