@@ -92,8 +92,3 @@ def _as(x: Any, dtype: Any, shape: tuple[int, ...]) -> Any:
         x = np.asarray(x, dtype)  # one host-side conversion, one transfer
     x = jnp.asarray(x, dtype)
     return x if x.shape == shape else jnp.broadcast_to(x, shape)
-
-
-def is_traced(*xs: Any) -> bool:
-    """True if any leaf is a tracer (we are inside someone else's jit/vmap)."""
-    return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(xs))

@@ -5,10 +5,10 @@ v_s the CCDF of the log-normal interference from all other valid neighbors (App.
 
 Evaluation (see docs/wireless.md): with u = x^2/Gamma the integral is
 int_b^inf e^{-u} v_s(B u - sigma^2) du, B = c_s Gamma / gamma_th. The part where the CCDF
-argument is <= 0 (v_s = 1) and the part where the log-normal CCDF is 1 to within 1e-19 are
-closed forms; the rest is mapped to zeta = ln(u - sigma^2/B), where the integrand
-exp(zeta - e^zeta) Phi_c((zeta - m)/sigma) is smooth and confined to a short interval, and
-done by one Gauss-Legendre rule for all links at once. Truncations cost < 1e-17.
+argument is <= 0 (v_s = 1) is a closed form; the rest, in z = ln(u - sigma^2/B), is
+integrated by parts into closed forms (normal CDFs) plus int exp(-e^z) phi((z - m)/sigma) dz
+over a short interval, done by one Gauss-Legendre rule for all links at once (two
+exponentials per node). Truncations cost < 1e-17.
 """
 
 from __future__ import annotations
