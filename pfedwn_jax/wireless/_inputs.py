@@ -88,7 +88,7 @@ def link_inputs(
 
 def _as(x: Any, dtype: Any, shape: tuple[int, ...]) -> Any:
     """`x` as a `dtype` array of `shape` (broadcasting only when needed)."""
-    if not isinstance(x, jax.core.Tracer):
-        x = np.asarray(x, dtype)  # one host-side conversion, one transfer
+    if not isinstance(x, (jax.Array, jax.core.Tracer)):
+        x = np.asarray(x, dtype)  # host data: one conversion, one transfer
     x = jnp.asarray(x, dtype)
     return x if x.shape == shape else jnp.broadcast_to(x, shape)
