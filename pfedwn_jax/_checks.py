@@ -28,7 +28,7 @@ def check_finite(name: str, x: Any) -> None:
         return
     arr = np.asarray(x)
     if arr.dtype.kind in "fc" and not np.all(np.isfinite(arr)):
-        bad = arr[~np.isfinite(arr)].ravel()[0]
+        bad = arr[~np.isfinite(arr)].ravel()[0].item()
         raise ValueError(f"{name} must be finite; found {bad!r}")
 
 
@@ -45,8 +45,8 @@ def check_range(
     if not is_concrete(value):
         return
     arr = np.asarray(value, dtype=float)
-    lo_s = "[" if low_inclusive else "("
-    hi_s = "]" if high_inclusive else ")"
+    lo_s = "[" if low_inclusive and low is not None else "("
+    hi_s = "]" if high_inclusive and high is not None else ")"
     allowed = f"{lo_s}{'-inf' if low is None else low}, {'inf' if high is None else high}{hi_s}"
     if np.any(np.isnan(arr)):
         raise ValueError(f"{name} must be a number in {allowed}; got NaN")
@@ -56,8 +56,8 @@ def check_range(
     if high is not None:
         ok &= (arr <= high) if high_inclusive else (arr < high)
     if not np.all(ok):
-        bad = arr[~ok].ravel()[0]
-        shown = int(bad) if float(bad).is_integer() and math.isfinite(bad) else bad
+        bad = float(arr[~ok].ravel()[0])
+        shown = int(bad) if math.isfinite(bad) and bad.is_integer() else bad
         raise ValueError(f"{name} must be in {allowed}; got {shown!r}")
 
 
