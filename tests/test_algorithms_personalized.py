@@ -282,7 +282,7 @@ def test_perfedavg_full_batch_grad_matches_direct_gradient():
     ("name", "overrides", "match"),
     [
         ("pfedwn", {"a": 1.5}, r"pfedwn\.a"),
-        ("pfedwn", {"floor": 0.01}, r"pfedwn\.floor"),
+        ("pfedwn", {"floor": 1.5}, r"pfedwn\.floor"),
         ("pfedwn", {"em_every": -1}, r"pfedwn\.em_every"),
         ("pfedwn", {"component_updates": "yes"}, r"pfedwn\.component_updates"),
         ("perfedavg", {"variant": "so"}, r"perfedavg\.variant"),
