@@ -10,9 +10,12 @@ images, for the MLP and the CNN. Three executions of the same arithmetic, side b
 - bigbatch: one model trained on all the same samples at batch 32*N (the hardware's best case
             for the same number of sample-gradients).
 
-Each (model, N, method) runs in its own subprocess so its peak RSS (`ru_maxrss`, which includes
-the ~N*600*784 bytes of client data) is its own. Reports samples/s (median of `--repeats`
-rounds after one warm-up), compile time and peak memory.
+Each (model, N) case runs in its own subprocess; inside it the three methods are compiled, then
+their timed rounds are interleaved (engine, loop, bigbatch, engine, ...) so the machine's drift
+hits all alike. Reports samples/s (median of `--repeats` rounds after one warm-up), compile
+time, memory of the compiled program (arguments + outputs + temporaries, from XLA's
+`memory_analysis`; for the loop its largest per-client program) and the case's process peak
+RSS (`ru_maxrss`, which includes the ~N*600*784 bytes of client data).
 
     python benchmarks/bench_engine.py                                  # all cases, table + JSON
     python benchmarks/bench_engine.py --model cnn --clients 100 --json # one case, one JSON object
@@ -74,9 +77,20 @@ def _block(tree):
     return jax.block_until_ready(tree)
 
 
-def run_case(model_name: str, num_clients: int, method: str, repeats: int,
-             strategy: str, chunk_size: int | None) -> dict:
-    """Time one FedAvg round of `method`; returns samples/s, compile and round seconds."""
+def _compiled_mib(compiled) -> float | None:
+    """Device memory of one compiled program: arguments + outputs + temporaries (MiB)."""
+    try:
+        m = compiled.memory_analysis()
+        total = (m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
+                 - m.alias_size_in_bytes)
+        return total / 2**20
+    except Exception:  # not every backend reports it
+        return None
+
+
+def setup_method(model_name: str, num_clients: int, method: str, data, strategy: str,
+                 chunk_size: int | None) -> dict:
+    """Compile one method's FedAvg round; returns its round closure and static figures."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -88,7 +102,6 @@ def run_case(model_name: str, num_clients: int, method: str, repeats: int,
     from pfedwn_jax.engine.tree import broadcast_slots
     from pfedwn_jax.models import get_model
 
-    data = make_data(num_clients)
     counts = np.asarray(data.count)
     total = int(counts.sum())
     weights = jnp.asarray(counts / counts.sum(), jnp.float32)
@@ -108,19 +121,22 @@ def run_case(model_name: str, num_clients: int, method: str, repeats: int,
             params = broadcast_slots(average(state.params), num_clients)
             return ClientState(params, state.opt_state)
 
-        state = init_client_state(model, opt, key, num_clients)
+        box = {"state": init_client_state(model, opt, key, num_clients)}
         fn = jax.jit(fedavg_round, donate_argnums=0)
         t0 = time.perf_counter()
-        compiled = fn.lower(state, data, key).compile()
+        compiled = fn.lower(box["state"], data, key).compile()
         out["compile_s"] = time.perf_counter() - t0
-        times = []
-        for r in range(repeats + 1):
-            t0 = time.perf_counter()
-            state = _block(compiled(state, data, jax.random.fold_in(key, r)))
-            times.append(time.perf_counter() - t0)
+        out["program_mib"] = _compiled_mib(compiled)
+
+        def run(r):
+            box["state"] = _block(compiled(box["state"], data, jax.random.fold_in(key, r)))
+
+        from pfedwn_jax.engine.strategy import resolve_strategy
+
+        out["strategy"] = list(resolve_strategy(strategy, chunk_size, num_clients))
 
     elif method == "loop":
-        params = model.init(key)
+        box = {"params": model.init(key)}
 
         def epoch(global_params, acc, x, y, idx, valid, w):
             """One client's epoch of SGD from the global model; adds w * result to acc."""
@@ -137,35 +153,35 @@ def run_case(model_name: str, num_clients: int, method: str, repeats: int,
             return jax.tree.map(lambda a, b: a + w * b, acc, p)
 
         epoch_jit = jax.jit(epoch, donate_argnums=1)
-        # each client's own schedule (same batching as the engine), own step count
         spe = steps_per_epoch(int(counts.max()), BATCH)
+        # per-client datasets held separately, as FL libraries hold them (not timed)
+        xs = [data.x[n] for n in range(num_clients)]
+        ys = [data.y[n] for n in range(num_clients)]
+        ws = [float(w) for w in np.asarray(weights)]
+        # compile time: one program per distinct step count, as the loop pays it
+        t0 = time.perf_counter()
+        acc0 = jax.tree.map(jnp.zeros_like, box["params"])
+        mems = []
+        for t_n in sorted({-(-int(c) // BATCH) for c in counts}):
+            c = epoch_jit.lower(box["params"], acc0, xs[0], ys[0], np.zeros((t_n, BATCH), np.int32),
+                                np.zeros((t_n, BATCH), bool), ws[0]).compile()
+            mems.append(_compiled_mib(c) or 0.0)
+        out["compile_s"] = time.perf_counter() - t0
+        out["program_mib"] = max(mems)
 
-        def one_round(params, rkey):
-            idx, valid = epoch_indices(rkey, data.count, data.max_samples, BATCH, spe)
+        def run(r):
+            idx, valid = epoch_indices(jax.random.fold_in(key, r), data.count, data.max_samples,
+                                       BATCH, spe)
             idx, valid = np.asarray(idx), np.asarray(valid)
+            params = box["params"]
             acc = jax.tree.map(jnp.zeros_like, params)
             for n in range(num_clients):
                 t_n = -(-int(counts[n]) // BATCH)
-                acc = epoch_jit(params, acc, data.x[n], data.y[n], idx[n, :t_n], valid[n, :t_n],
-                                weights[n])
-            return _block(acc)
-
-        # compile time: one compile per distinct step count, as the loop pays it
-        t0 = time.perf_counter()
-        acc0 = jax.tree.map(jnp.zeros_like, params)
-        for t_n in sorted({-(-int(c) // BATCH) for c in counts}):
-            epoch_jit.lower(params, acc0, data.x[0], data.y[0],
-                            jnp.zeros((t_n, BATCH), jnp.int32), jnp.zeros((t_n, BATCH), bool),
-                            weights[0]).compile()
-        out["compile_s"] = time.perf_counter() - t0
-        times = []
-        for r in range(repeats + 1):
-            t0 = time.perf_counter()
-            params = one_round(params, jax.random.fold_in(key, r))
-            times.append(time.perf_counter() - t0)
+                acc = epoch_jit(params, acc, xs[n], ys[n], idx[n, :t_n], valid[n, :t_n], ws[n])
+            box["params"] = _block(acc)
 
     elif method == "bigbatch":
-        params = model.init(key)
+        box = {"params": model.init(key)}
         flat_x = data.x[data.mask]
         flat_y = data.y[data.mask]
         big = BATCH * num_clients
@@ -186,45 +202,67 @@ def run_case(model_name: str, num_clients: int, method: str, repeats: int,
 
         fn = jax.jit(train, donate_argnums=0)
         t0 = time.perf_counter()
-        compiled = fn.lower(params, flat_x, flat_y, key).compile()
+        compiled = fn.lower(box["params"], flat_x, flat_y, key).compile()
         out["compile_s"] = time.perf_counter() - t0
-        times = []
-        for r in range(repeats + 1):
-            t0 = time.perf_counter()
-            params = _block(compiled(params, flat_x, flat_y, jax.random.fold_in(key, r)))
-            times.append(time.perf_counter() - t0)
+        out["program_mib"] = _compiled_mib(compiled)
+
+        def run(r):
+            box["params"] = _block(compiled(box["params"], flat_x, flat_y,
+                                            jax.random.fold_in(key, r)))
+
         out["samples"] = steps * big  # it processes whole batches
     else:
         raise ValueError(f"method must be one of {METHODS}; got {method!r}")
-
-    steady = sorted(times[1:])
-    out["round_s"] = steady[len(steady) // 2]
-    out["first_round_s"] = times[0]
-    out["samples_per_s"] = out["samples"] / out["round_s"]
-    out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    stats = jax.devices()[0].memory_stats() or {}
-    if "peak_bytes_in_use" in stats:
-        out["peak_device_mib"] = stats["peak_bytes_in_use"] / 2**20
-    out["backend"] = jax.default_backend()
-    if method == "engine":
-        from pfedwn_jax.engine.strategy import resolve_strategy
-
-        out["strategy"] = list(resolve_strategy(strategy, chunk_size, num_clients))
+    out["run"] = run
     return out
 
 
-def run_in_subprocess(model: str, clients: int, method: str, args) -> dict:
-    cmd = [sys.executable, __file__, "--case", method, "--model", model, "--clients",
-           str(clients), "--repeats", str(args.repeats), "--strategy", args.strategy]
+def run_case(model_name: str, num_clients: int, methods: list[str], repeats: int,
+             strategy: str, chunk_size: int | None) -> dict:
+    """All methods of one (model, N) in this process, timed rounds interleaved.
+
+    One warm-up round each, then `repeats` rounds of engine, loop, bigbatch, engine, ... so that
+    the machine's drift hits every method alike; samples/s is from the median round.
+    """
+    import jax
+
+    data = make_data(num_clients)
+    cases = {m: setup_method(model_name, num_clients, m, data, strategy, chunk_size)
+             for m in methods}
+    times: dict[str, list[float]] = {m: [] for m in methods}
+    for r in range(repeats + 1):
+        for m in methods:
+            t0 = time.perf_counter()
+            cases[m]["run"](r)
+            times[m].append(time.perf_counter() - t0)
+    result = {}
+    for m in methods:
+        res = {k: v for k, v in cases[m].items() if k != "run"}
+        steady = sorted(times[m][1:])
+        res["round_s"] = steady[len(steady) // 2]
+        res["rounds_s"] = times[m]
+        res["samples_per_s"] = res["samples"] / res["round_s"]
+        result[m] = res
+    result["process_peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["backend"] = jax.default_backend()
+    return result
+
+
+def run_in_subprocess(model: str, clients: int, methods: list[str], args) -> dict:
+    """One (model, N) case in a fresh process (so its peak RSS is its own)."""
+    cmd = [sys.executable, __file__, "--case", "--model", model, "--clients", str(clients),
+           "--methods", ",".join(methods), "--repeats", str(args.repeats),
+           "--strategy", args.strategy]
     if args.chunk_size:
         cmd += ["--chunk-size", str(args.chunk_size)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
                               check=False)
     except subprocess.TimeoutExpired:
-        return {"error": f"timeout after {args.timeout} s"}
+        return {m: {"error": f"timeout after {args.timeout:.0f} s"} for m in methods}
     if proc.returncode != 0:
-        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr else "failed"}
+        err = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "failed"
+        return {m: {"error": err} for m in methods}
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -255,14 +293,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=1800, help="seconds per subprocess")
     p.add_argument("--json", action="store_true", help="print one JSON object and nothing else")
     p.add_argument("--out", default=None, help="also write all results to this JSON file")
-    p.add_argument("--case", default=None, choices=METHODS, help=argparse.SUPPRESS)
+    p.add_argument("--case", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
 
     models = ["mlp", "cnn"] if args.model == "all" else [args.model]
     clients = [int(c) for c in args.clients.split(",")]
     methods = [m for m in args.methods.split(",") if m]
-    if args.case:  # internal: one measurement in this process
-        res = run_case(models[0], clients[0], args.case, args.repeats, args.strategy,
+    if args.case:  # internal: one (model, N) case measured in this process
+        res = run_case(models[0], clients[0], methods, args.repeats, args.strategy,
                        args.chunk_size)
         print(json.dumps(res))
         return 0
@@ -270,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {"machine": machine(), "cases": []}
     for model in models:
         for n in clients:
-            case = {m: run_in_subprocess(model, n, m, args) for m in methods}
+            case = run_in_subprocess(model, n, methods, args)
             if args.json and len(models) == 1 and len(clients) == 1:
                 print(json.dumps(case))
                 return 0
@@ -287,22 +325,27 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def print_row(model: str, n: int, case: dict) -> None:
+    methods = [m for m in METHODS if m in case]
+
     def cell(r: dict) -> str:
         if "error" in r:
-            return f"{r['error'][:40]:>40}"
-        return (f"{r['samples_per_s']:>9,.0f} {r['compile_s']:>6.1f}s {r['peak_rss_mib']:>6,.0f}M")
+            return f"{r['error'][:30]:>30}"
+        mib = r.get("program_mib")
+        return (f"{r['samples_per_s']:>9,.0f} {r['compile_s']:>6.1f}s "
+                f"{'-' if mib is None else f'{mib:,.0f}M':>8}")
 
     if not getattr(print_row, "header", False):
         print(f"{'model':<5} {'N':>5} | " + " | ".join(
-            f"{m + ' samples/s compile peakRSS':>26}" for m in case))
+            f"{m + ': samples/s compile memory':>30}" for m in methods))
         print_row.header = True
     eng, loop, big = (case.get(m, {}) for m in METHODS)
     ratio = ""
     if all("samples_per_s" in r for r in (eng, loop, big)):
         ratio = (f" | engine/loop {eng['samples_per_s'] / loop['samples_per_s']:.2f}x, "
                  f"engine/bigbatch {eng['samples_per_s'] / big['samples_per_s']:.2f}x")
-    print(f"{model:<5} {n:>5} | " + " | ".join(cell(r) for r in case.values()) + ratio,
-          flush=True)
+    rss = case.get("process_peak_rss_mib")
+    print(f"{model:<5} {n:>5} | " + " | ".join(cell(case[m]) for m in methods) + ratio
+          + (f" | process peak RSS {rss:,.0f}M" if rss else ""), flush=True)
 
 
 if __name__ == "__main__":

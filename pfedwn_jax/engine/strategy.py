@@ -18,12 +18,14 @@ from pfedwn_jax._checks import check_choice, check_int
 STRATEGIES = ("auto", "vmap", "map", "chunked")
 
 # Measured defaults (benchmarks/bench_engine.py): backend -> (strategy, chunk_size).
-# CPU: small chunks keep a chunk's parameters cache-resident and skip each chunk's padded
-# steps; vmap over all slots was 1.5-2.5x slower for the MLP and CNN at N=30..100.
+# CPU: one slot at a time. On XLA:CPU vmapping slots brings no arithmetic gain (per-slot
+# matmuls stay per-slot matmuls): with equal-size clients map, chunked and vmap ran at the same
+# speed for the MLP, and vmap/chunked were 10-25% slower for the CNN; with unequal clients
+# vmap also pays the largest client's step count. map skips each slot's own padded steps.
 # Accelerators (not measured in this session): wide chunks, bounded by memory (the CNN needs
 # about 29 MiB of temporaries per slot at batch 32).
 _AUTO = {
-    "cpu": ("chunked", 4),
+    "cpu": ("map", 1),
 }
 _AUTO_ACCELERATOR = ("chunked", 256)
 

@@ -3,9 +3,10 @@
 Layout: slot s trains the model `state.params[s]` on the samples of data client
 `data_client[s]`. The minibatch schedule comes from `engine.batches.slot_batches`; one step of
 one slot is `grad -> optimizer.update -> apply_updates`, skipped (state kept bit for bit) when
-the slot's batch is empty. Slots are executed by the strategy of `engine.strategy`; groups of
-slots run a `lax.scan` over steps in which a step that is empty for the whole group is skipped
-by `lax.cond`, so clients with little data do not pay for the largest client's step count.
+the slot's batch is empty. Slots are executed by the strategy of `engine.strategy`; a group of
+slots loops over steps after each slot's non-empty steps are compacted to the front, only as
+long as its busiest slot, so clients with little data do not pay for the largest client's
+step count.
 """
 
 from __future__ import annotations
@@ -178,26 +179,43 @@ def _train_impl(
         return keep(new_params, params), keep(new_opt, opt_state), jnp.where(ok, loss, 0.0), ok
 
     def train_group(params, opt_state, dcs, g_idx, g_valid, g_sw, g_aux, slot_ids):
-        """Scan over steps for a group of C slots (all leading axes C)."""
+        """Train a group of C slots (all leading axes C) through their non-empty steps.
+
+        Each slot's non-empty steps are moved to the front (stable, so their order is kept)
+        and the group loops `max(non-empty steps)` times: a slot with little data stops
+        early (its remaining steps are empty, hence no-ops), and no step is wasted on the
+        trailing padded steps of the whole group.
+        """
         size = dcs.shape[0]
+        nonempty = jnp.any(g_valid, axis=-1)  # [C, T]
+        step_order = jnp.argsort(~nonempty, axis=1, stable=True).astype(jnp.int32)
+        rows = jnp.arange(size)
 
-        def body(carry, xs):
-            t, idx_t, valid_t = xs
+        if size == 1:  # one slot: call the step unbatched (no size-1 batch dimensions)
+            squeeze = lambda tree: jax.tree.map(lambda a: a[0], tree)
+            expand = lambda tree: jax.tree.map(lambda a: a[None], tree)
 
-            def run(c):
-                p, o, loss_sum, n = c
-                p, o, loss, ok = jax.vmap(
-                    slot_step, in_axes=(0, 0, 0, 0, 0, 0, 0, 0, None)
-                )(p, o, dcs, idx_t, valid_t, g_sw, g_aux, slot_ids, t)
-                return p, o, loss_sum + loss.astype(jnp.float32), n + ok.astype(jnp.int32)
+            def group_step(p, o, idx_t, valid_t, t):
+                p, o, loss, ok = slot_step(
+                    squeeze(p), squeeze(o), dcs[0], idx_t[0], valid_t[0],
+                    None if g_sw is None else g_sw[0], None if g_aux is None else squeeze(g_aux),
+                    slot_ids[0], t[0],
+                )
+                return expand(p), expand(o), loss[None], ok[None]
+        else:
+            group_step = lambda p, o, idx_t, valid_t, t: jax.vmap(slot_step)(
+                p, o, dcs, idx_t, valid_t, g_sw, g_aux, slot_ids, t
+            )
 
-            return jax.lax.cond(jnp.any(valid_t), run, lambda c: c, carry), None
+        def body(k, carry):
+            p, o, loss_sum, n = carry
+            t = step_order[:, k]  # [C] each slot's k-th non-empty step
+            p, o, loss, ok = group_step(p, o, g_idx[rows, t], g_valid[rows, t], t)
+            return p, o, loss_sum + loss.astype(jnp.float32), n + ok.astype(jnp.int32)
 
         init = (params, opt_state, jnp.zeros(size, jnp.float32), jnp.zeros(size, jnp.int32))
-        steps = g_idx.shape[1]
-        xs = (jnp.arange(steps), jnp.swapaxes(g_idx, 0, 1), jnp.swapaxes(g_valid, 0, 1))
-        (params, opt_state, loss_sum, n), _ = jax.lax.scan(body, init, xs)
-        return params, opt_state, loss_sum, n
+        trips = jnp.max(jnp.sum(nonempty, axis=1))
+        return jax.lax.fori_loop(0, trips, body, init)
 
     slot_ids = jnp.arange(num_slots)
     if strategy == "vmap":
