@@ -122,15 +122,22 @@ def reference_train(model, params, data, data_client, key, *, epochs=1, momentum
     return jax.tree.map(lambda *a: jnp.stack(a), *out)
 
 
-@pytest.mark.parametrize(("strategy", "chunk"), [("vmap", None), ("map", None), ("chunked", 2)])
-def test_local_train_matches_python_loop(model, data, strategy, chunk):
+@pytest.fixture(scope="module")
+def loop_case(model, data):
+    """Slots, initial state and the Python-loop reference, shared by the strategy cases."""
     opt = optax.sgd(LR)
     dc = np.array([0, 1, 2, 3, 4, 0])  # client 0 in two slots; client 2 has no data
     state = init_client_state(model, opt, jax.random.key(0), len(dc), same_init=False)
     key = jax.random.key(7)
+    ref = reference_train(model, state.params, data, dc, key, epochs=2)
+    return opt, dc, state, key, ref
+
+
+@pytest.mark.parametrize(("strategy", "chunk"), [("vmap", None), ("map", None), ("chunked", 4)])
+def test_local_train_matches_python_loop(model, data, loop_case, strategy, chunk):
+    opt, dc, state, key, ref = loop_case
     new, metrics = local_train(model, opt, state, data, dc, key, batch_size=B, epochs=2,
                                strategy=strategy, chunk_size=chunk)
-    ref = reference_train(model, state.params, data, dc, key, epochs=2)
     assert_trees_close(new.params, ref, rtol=2e-5, atol=2e-6)
     expect_steps = 2 * -(-COUNTS[dc] // B)
     np.testing.assert_array_equal(metrics["steps"], expect_steps)
@@ -176,13 +183,14 @@ def test_padded_values_and_padded_steps_change_nothing(model):
     dc = np.array([0, 1, 3, 4])
     state = init_client_state(model, opt, jax.random.key(0), len(dc))
     key = jax.random.key(5)
-    kw = dict(batch_size=B, epochs=2, strategy="vmap")
-    a, ma = local_train(model, opt, state, clean, dc, key, **kw)
-    b, mb = local_train(model, opt, state, junk, dc, key, **kw)
-    assert_trees_equal(a, b)
-    np.testing.assert_array_equal(ma["loss"], mb["loss"])
-    # Padded steps: a second slot with a client of M samples adds trailing steps for the
-    # smaller clients; their results do not move (map runs each slot on its own).
+    for strategy in ("vmap", "chunked"):
+        kw = dict(batch_size=B, epochs=2, strategy=strategy, chunk_size=3)
+        a, ma = local_train(model, opt, state, clean, dc, key, **kw)
+        b, mb = local_train(model, opt, state, junk, dc, key, **kw)
+        assert_trees_equal(a, b)
+        np.testing.assert_array_equal(ma["loss"], mb["loss"])
+    # Padded steps: a fifth slot with a client of M samples adds trailing (padded) steps for
+    # the smaller clients' schedules; their results do not move.
     big = make_data(counts=np.array([11, 5, 0, 9, 3, M]))
     c, _ = local_train(model, opt, init_client_state(model, opt, jax.random.key(0), 5), big,
                        np.array([0, 1, 3, 4, 5]), key, batch_size=B, epochs=2, strategy="map")

@@ -26,7 +26,6 @@ from pfedwn_jax.engine.batches import slot_batches
 from pfedwn_jax.engine.losses import weighted_ce
 from pfedwn_jax.engine.state import ClientState
 from pfedwn_jax.engine.strategy import resolve_strategy
-from pfedwn_jax.engine.tree import take_slots
 from pfedwn_jax.models import Model, check_model_fits
 
 LossFn = Callable[..., jax.Array]
@@ -161,7 +160,8 @@ def _train_impl(
             return loss_fn(params, x, y, w, aux_s)
         return weighted_ce(model.apply(params, x), y, w, jnp.sum(valid_t))
 
-    def slot_step(params, opt_state, dc, idx_t, valid_t, sw, aux_s, slot_id, t):
+    def slot_step(params, opt_state, dc, idx_t, valid_t, sw, aux_s, slot_id, t, masked=True):
+        """One optimizer step of one slot; with `masked`, an empty batch leaves it unchanged."""
         x = x_all[dc, idx_t]
         y = y_all[dc, idx_t]
         w = valid_t.astype(jnp.float32)
@@ -175,6 +175,8 @@ def _train_impl(
         updates, new_opt = optimizer.update(grads, opt_state, params)
         new_params = optax.apply_updates(params, updates)
         ok = jnp.any(valid_t)
+        if not masked:  # the caller guarantees a non-empty batch: skip the extra pass
+            return new_params, new_opt, loss, ok
         keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, old)
         return keep(new_params, params), keep(new_opt, opt_state), jnp.where(ok, loss, 0.0), ok
 
@@ -191,7 +193,7 @@ def _train_impl(
         step_order = jnp.argsort(~nonempty, axis=1, stable=True).astype(jnp.int32)
         rows = jnp.arange(size)
 
-        if size == 1:  # one slot: call the step unbatched (no size-1 batch dimensions)
+        if size == 1:  # one slot: unbatched, and every step it runs is non-empty (no masking)
             squeeze = lambda tree: jax.tree.map(lambda a: a[0], tree)
             expand = lambda tree: jax.tree.map(lambda a: a[None], tree)
 
@@ -199,7 +201,7 @@ def _train_impl(
                 p, o, loss, ok = slot_step(
                     squeeze(p), squeeze(o), dcs[0], idx_t[0], valid_t[0],
                     None if g_sw is None else g_sw[0], None if g_aux is None else squeeze(g_aux),
-                    slot_ids[0], t[0],
+                    slot_ids[0], t[0], masked=False,
                 )
                 return expand(p), expand(o), loss[None], ok[None]
         else:
@@ -224,28 +226,36 @@ def _train_impl(
         )
     else:
         # Groups of `chunk` slots, largest data first; padded entries point past the end (S)
-        # and are dropped when scattered back.
+        # and are dropped when scattered back. One slot per group (map) uses dynamic slices,
+        # updated in place.
         groups = -(-num_slots // chunk)
-        order = jnp.argsort(-count, stable=True) if strategy == "chunked" else slot_ids
-        order = jnp.concatenate([order, jnp.full(groups * chunk - num_slots, num_slots)])
-        order = order.astype(jnp.int32).reshape(groups, chunk)
+        if strategy == "map":
+            order = slot_ids.reshape(groups, 1)
+            get = lambda full, slots: jax.lax.dynamic_slice_in_dim(full, slots[0], 1)
+            put = lambda full, part, slots: jax.lax.dynamic_update_slice_in_dim(
+                full, part, slots[0], 0
+            )
+        else:
+            order = jnp.argsort(-count, stable=True)
+            order = jnp.concatenate([order, jnp.full(groups * chunk - num_slots, num_slots)])
+            order = order.astype(jnp.int32).reshape(groups, chunk)
+            get = lambda full, slots: jnp.take(full, jnp.minimum(slots, num_slots - 1), axis=0)
+            put = lambda full, part, slots: full.at[slots].set(part, mode="drop")
 
         def group_body(g, carry):
             p_all, o_all, l_all, n_all = carry
             slots = order[g]
             safe = jnp.minimum(slots, num_slots - 1)
-            real = slots < num_slots
-            g_valid = valid[safe] & real[:, None, None]
-            g_sw = None if sample_weight is None else sample_weight[safe]
-            g_aux = None if aux is None else take_slots(aux, safe)
+            g_valid = get(valid, slots) & (slots < num_slots)[:, None, None]
+            g_sw = None if sample_weight is None else get(sample_weight, slots)
+            take = lambda tree: jax.tree.map(lambda a: get(a, slots), tree)
             p, o, loss_sum, n = train_group(
-                take_slots(p_all, safe), take_slots(o_all, safe), data_client[safe],
-                idx[safe], g_valid, g_sw, g_aux, safe,
+                take(p_all), take(o_all), get(data_client, slots), get(idx, slots), g_valid,
+                g_sw, None if aux is None else take(aux), safe,
             )
-            put = lambda full, part: full.at[slots].set(part, mode="drop")
-            return (
-                jax.tree.map(put, p_all, p), jax.tree.map(put, o_all, o),
-                put(l_all, loss_sum), put(n_all, n),
+            put_all = lambda full, part: jax.tree.map(lambda a, b: put(a, b, slots), full, part)
+            return put_all(p_all, p), put_all(o_all, o), put(l_all, loss_sum, slots), put(
+                n_all, n, slots
             )
 
         init = (
