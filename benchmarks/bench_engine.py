@@ -67,8 +67,9 @@ def make_data(num_clients: int):
     mask = np.arange(max_samples)[None, :] < counts[:, None]
     x = np.where(mask[..., None, None], images[pos], 0)[..., None]
     y = np.where(mask, labels[pos], 0)
-    return ClientData(jnp.asarray(x), jnp.asarray(y), jnp.asarray(mask),
-                      jnp.asarray(counts, jnp.int32))
+    return ClientData(
+        jnp.asarray(x), jnp.asarray(y), jnp.asarray(mask), jnp.asarray(counts, jnp.int32)
+    )
 
 
 def _block(tree):
@@ -81,15 +82,20 @@ def _compiled_mib(compiled) -> float | None:
     """Device memory of one compiled program: arguments + outputs + temporaries (MiB)."""
     try:
         m = compiled.memory_analysis()
-        total = (m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
-                 - m.alias_size_in_bytes)
+        total = (
+            m.argument_size_in_bytes
+            + m.output_size_in_bytes
+            + m.temp_size_in_bytes
+            - m.alias_size_in_bytes
+        )
         return total / 2**20
     except Exception:  # not every backend reports it
         return None
 
 
-def setup_method(model_name: str, num_clients: int, method: str, data, strategy: str,
-                 chunk_size: int | None) -> dict:
+def setup_method(
+    model_name: str, num_clients: int, method: str, data, strategy: str, chunk_size: int | None
+) -> dict:
     """Compile one method's FedAvg round; returns its round closure and static figures."""
     import jax
     import jax.numpy as jnp
@@ -116,8 +122,17 @@ def setup_method(model_name: str, num_clients: int, method: str, data, strategy:
     if method == "engine":
 
         def fedavg_round(state, data, key):
-            state, _ = local_train(model, opt, state, data, jnp.arange(num_clients), key,
-                                   batch_size=BATCH, strategy=strategy, chunk_size=chunk_size)
+            state, _ = local_train(
+                model,
+                opt,
+                state,
+                data,
+                jnp.arange(num_clients),
+                key,
+                batch_size=BATCH,
+                strategy=strategy,
+                chunk_size=chunk_size,
+            )
             params = broadcast_slots(average(state.params), num_clients)
             return ClientState(params, state.opt_state)
 
@@ -143,8 +158,9 @@ def setup_method(model_name: str, num_clients: int, method: str, data, strategy:
 
             def step(p, batch):
                 i, v = batch
-                loss = lambda p: weighted_ce(model.apply(p, x[i]), y[i], v.astype(jnp.float32),
-                                             jnp.sum(v))
+                loss = lambda p: weighted_ce(
+                    model.apply(p, x[i]), y[i], v.astype(jnp.float32), jnp.sum(v)
+                )
                 g = jax.grad(loss)(p)
                 upd, _ = opt.update(g, opt.init(p), p)
                 return optax.apply_updates(p, upd), None
@@ -163,15 +179,23 @@ def setup_method(model_name: str, num_clients: int, method: str, data, strategy:
         acc0 = jax.tree.map(jnp.zeros_like, box["params"])
         mems = []
         for t_n in sorted({-(-int(c) // BATCH) for c in counts}):
-            c = epoch_jit.lower(box["params"], acc0, xs[0], ys[0], np.zeros((t_n, BATCH), np.int32),
-                                np.zeros((t_n, BATCH), bool), ws[0]).compile()
+            c = epoch_jit.lower(
+                box["params"],
+                acc0,
+                xs[0],
+                ys[0],
+                np.zeros((t_n, BATCH), np.int32),
+                np.zeros((t_n, BATCH), bool),
+                ws[0],
+            ).compile()
             mems.append(_compiled_mib(c) or 0.0)
         out["compile_s"] = time.perf_counter() - t0
         out["program_mib"] = max(mems)
 
         def run(r):
-            idx, valid = epoch_indices(jax.random.fold_in(key, r), data.count, data.max_samples,
-                                       BATCH, spe)
+            idx, valid = epoch_indices(
+                jax.random.fold_in(key, r), data.count, data.max_samples, BATCH, spe
+            )
             idx, valid = np.asarray(idx), np.asarray(valid)
             params = box["params"]
             acc = jax.tree.map(jnp.zeros_like, params)
@@ -192,8 +216,9 @@ def setup_method(model_name: str, num_clients: int, method: str, data, strategy:
 
             def step(p, i):
                 idx = jax.lax.dynamic_slice(perm, (i * big,), (big,))
-                g = jax.grad(lambda p: weighted_ce(model.apply(p, x[idx]), y[idx],
-                                                   jnp.ones(big), big))(p)
+                g = jax.grad(
+                    lambda p: weighted_ce(model.apply(p, x[idx]), y[idx], jnp.ones(big), big)
+                )(p)
                 upd, _ = opt.update(g, opt.init(p), p)
                 return optax.apply_updates(p, upd), None
 
@@ -207,8 +232,9 @@ def setup_method(model_name: str, num_clients: int, method: str, data, strategy:
         out["program_mib"] = _compiled_mib(compiled)
 
         def run(r):
-            box["params"] = _block(compiled(box["params"], flat_x, flat_y,
-                                            jax.random.fold_in(key, r)))
+            box["params"] = _block(
+                compiled(box["params"], flat_x, flat_y, jax.random.fold_in(key, r))
+            )
 
         out["samples"] = steps * big  # it processes whole batches
     else:
@@ -217,8 +243,14 @@ def setup_method(model_name: str, num_clients: int, method: str, data, strategy:
     return out
 
 
-def run_case(model_name: str, num_clients: int, methods: list[str], repeats: int,
-             strategy: str, chunk_size: int | None) -> dict:
+def run_case(
+    model_name: str,
+    num_clients: int,
+    methods: list[str],
+    repeats: int,
+    strategy: str,
+    chunk_size: int | None,
+) -> dict:
     """All methods of one (model, N) in this process, timed rounds interleaved.
 
     One warm-up round each, then `repeats` rounds of engine, loop, bigbatch, engine, ... so that
@@ -227,8 +259,9 @@ def run_case(model_name: str, num_clients: int, methods: list[str], repeats: int
     import jax
 
     data = make_data(num_clients)
-    cases = {m: setup_method(model_name, num_clients, m, data, strategy, chunk_size)
-             for m in methods}
+    cases = {
+        m: setup_method(model_name, num_clients, m, data, strategy, chunk_size) for m in methods
+    }
     times: dict[str, list[float]] = {m: [] for m in methods}
     for r in range(repeats + 1):
         for m in methods:
@@ -250,14 +283,27 @@ def run_case(model_name: str, num_clients: int, methods: list[str], repeats: int
 
 def run_in_subprocess(model: str, clients: int, methods: list[str], args) -> dict:
     """One (model, N) case in a fresh process (so its peak RSS is its own)."""
-    cmd = [sys.executable, __file__, "--case", "--model", model, "--clients", str(clients),
-           "--methods", ",".join(methods), "--repeats", str(args.repeats),
-           "--strategy", args.strategy]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--case",
+        "--model",
+        model,
+        "--clients",
+        str(clients),
+        "--methods",
+        ",".join(methods),
+        "--repeats",
+        str(args.repeats),
+        "--strategy",
+        args.strategy,
+    ]
     if args.chunk_size:
         cmd += ["--chunk-size", str(args.chunk_size)]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
-                              check=False)
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=args.timeout, check=False
+        )
     except subprocess.TimeoutExpired:
         return {m: {"error": f"timeout after {args.timeout:.0f} s"} for m in methods}
     if proc.returncode != 0:
@@ -277,9 +323,14 @@ def machine() -> dict:
                 break
     except OSError:
         pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "backend": jax.default_backend(),
-            "device": str(jax.devices()[0]), "jax": jax.__version__,
-            "python": platform.python_version()}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "backend": jax.default_backend(),
+        "device": str(jax.devices()[0]),
+        "jax": jax.__version__,
+        "python": platform.python_version(),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -300,8 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     clients = [int(c) for c in args.clients.split(",")]
     methods = [m for m in args.methods.split(",") if m]
     if args.case:  # internal: one (model, N) case measured in this process
-        res = run_case(models[0], clients[0], methods, args.repeats, args.strategy,
-                       args.chunk_size)
+        res = run_case(models[0], clients[0], methods, args.repeats, args.strategy, args.chunk_size)
         print(json.dumps(res))
         return 0
 
@@ -331,21 +381,32 @@ def print_row(model: str, n: int, case: dict) -> None:
         if "error" in r:
             return f"{r['error'][:30]:>30}"
         mib = r.get("program_mib")
-        return (f"{r['samples_per_s']:>9,.0f} {r['compile_s']:>6.1f}s "
-                f"{'-' if mib is None else f'{mib:,.0f}M':>8}")
+        return (
+            f"{r['samples_per_s']:>9,.0f} {r['compile_s']:>6.1f}s "
+            f"{'-' if mib is None else f'{mib:,.0f}M':>8}"
+        )
 
     if not getattr(print_row, "header", False):
-        print(f"{'model':<5} {'N':>5} | " + " | ".join(
-            f"{m + ': samples/s compile memory':>30}" for m in methods))
+        print(
+            f"{'model':<5} {'N':>5} | "
+            + " | ".join(f"{m + ': samples/s compile memory':>30}" for m in methods)
+        )
         print_row.header = True
     eng, loop, big = (case.get(m, {}) for m in METHODS)
     ratio = ""
     if all("samples_per_s" in r for r in (eng, loop, big)):
-        ratio = (f" | engine/loop {eng['samples_per_s'] / loop['samples_per_s']:.2f}x, "
-                 f"engine/bigbatch {eng['samples_per_s'] / big['samples_per_s']:.2f}x")
+        ratio = (
+            f" | engine/loop {eng['samples_per_s'] / loop['samples_per_s']:.2f}x, "
+            f"engine/bigbatch {eng['samples_per_s'] / big['samples_per_s']:.2f}x"
+        )
     rss = case.get("process_peak_rss_mib")
-    print(f"{model:<5} {n:>5} | " + " | ".join(cell(case[m]) for m in methods) + ratio
-          + (f" | process peak RSS {rss:,.0f}M" if rss else ""), flush=True)
+    print(
+        f"{model:<5} {n:>5} | "
+        + " | ".join(cell(case[m]) for m in methods)
+        + ratio
+        + (f" | process peak RSS {rss:,.0f}M" if rss else ""),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

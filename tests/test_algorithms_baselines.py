@@ -31,8 +31,9 @@ def make_data(counts, seed=0) -> ClientData:
     mask = np.arange(m)[None, :] < np.asarray(counts)[:, None]
     x = np.where(mask[:, :, None, None, None], x, 0).astype(np.uint8)
     y = np.where(mask, y, 0).astype(np.int32)
-    return ClientData(jnp.asarray(x), jnp.asarray(y), jnp.asarray(mask),
-                      jnp.asarray(counts, jnp.int32))
+    return ClientData(
+        jnp.asarray(x), jnp.asarray(y), jnp.asarray(mask), jnp.asarray(counts, jnp.int32)
+    )
 
 
 def make_ctx(counts, adjacency=None, *, lr=0.1, batch_size=4, epochs=1) -> RoundContext:
@@ -115,17 +116,12 @@ def test_fedavg_aggregate_is_the_sample_weighted_mean(adjacency):
     state0 = local.init(jax.random.PRNGKey(0), ctx, hp)
     # one round of local training alone, and one FedAvg round from the same state and key
     trained = leaves64(local.eval_params(jit_round(local, hp)(copy(state0), key, ctx), ctx, hp))
-    averaged = leaves64(
-        fedavg.eval_params(jit_round(fedavg, hp)(copy(state0), key, ctx), ctx, hp)
-    )
+    averaged = leaves64(fedavg.eval_params(jit_round(fedavg, hp)(copy(state0), key, ctx), ctx, hp))
     adj = np.ones((4, 4), bool) if adjacency is None else np.asarray(adjacency, bool)
     n = np.asarray(counts, np.float64)
     for p, got in zip(trained, averaged, strict=True):
         expected = np.stack(
-            [
-                sum(n[j] * p[j] for j in range(4) if adj[i, j]) / n[adj[i]].sum()
-                for i in range(4)
-            ]
+            [sum(n[j] * p[j] for j in range(4) if adj[i, j]) / n[adj[i]].sum() for i in range(4)]
         )
         np.testing.assert_allclose(got, expected, rtol=2e-5, atol=1e-6)
     # the clients really differed before averaging (otherwise the test proves nothing)
@@ -141,9 +137,12 @@ def _gd_reference(ctx, w0, rounds, epochs, lr, mu):
     def objective(w, anchor):
         logp = jax.nn.log_softmax(model.apply(w, x))
         ce = -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
-        prox = sum(jnp.sum((a - b) ** 2) for a, b in zip(jax.tree_util.tree_leaves(w),
-                                                          jax.tree_util.tree_leaves(anchor),
-                                                          strict=True))
+        prox = sum(
+            jnp.sum((a - b) ** 2)
+            for a, b in zip(
+                jax.tree_util.tree_leaves(w), jax.tree_util.tree_leaves(anchor), strict=True
+            )
+        )
         return ce + 0.5 * mu * prox
 
     w = w0
@@ -174,5 +173,7 @@ def test_fedprox_matches_proximal_gradient_descent(mu):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
     if mu > 0:  # the proximal term matters here: plain GD ends elsewhere
         plain = _gd_reference(ctx, w0, rounds, epochs, lr, 0.0)
-        assert max(np.abs(a - b).max() for a, b in zip(leaves64(got), leaves64(plain),
-                                                        strict=True)) > 1e-3
+        assert (
+            max(np.abs(a - b).max() for a, b in zip(leaves64(got), leaves64(plain), strict=True))
+            > 1e-3
+        )

@@ -26,8 +26,9 @@ def test_run_end_to_end(tmp_path, capsys):
     cfg = tmp_path / "exp.toml"
     cfg.write_text(TOML)
     out = tmp_path / "out"
-    rc = main(["run", "--config", str(cfg), "--rounds", "3", "--lr", "0.05", "--out", str(out),
-               "--quiet"])
+    rc = main(
+        ["run", "--config", str(cfg), "--rounds", "3", "--lr", "0.05", "--out", str(out), "--quiet"]
+    )
     assert rc == 0
     printed = capsys.readouterr().out
     assert "local" in printed and "fedavg" in printed and "max" in printed
@@ -46,12 +47,28 @@ def test_run_end_to_end(tmp_path, capsys):
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
 
     # --resume on a finished directory re-runs cleanly and gives the same numbers
-    rc = main(["run", "--config", str(cfg), "--rounds", "3", "--lr", "0.05", "--out", str(out),
-               "--quiet", "--resume", "--no-plot"])
+    rc = main(
+        [
+            "run",
+            "--config",
+            str(cfg),
+            "--rounds",
+            "3",
+            "--lr",
+            "0.05",
+            "--out",
+            str(out),
+            "--quiet",
+            "--resume",
+            "--no-plot",
+        ]
+    )
     assert rc == 0
     again = json.loads((out / "results.json").read_text())
-    assert again["methods"]["fedavg"]["client_accuracy"] == \
-        results["methods"]["fedavg"]["client_accuracy"]
+    assert (
+        again["methods"]["fedavg"]["client_accuracy"]
+        == results["methods"]["fedavg"]["client_accuracy"]
+    )
 
 
 @pytest.mark.parametrize(

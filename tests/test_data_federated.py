@@ -173,8 +173,9 @@ def masked_loss_and_accuracy(params, cd: ClientData, idx, valid):
 
 def test_padded_values_never_change_gradients_or_metrics():
     full = load_dataset()
-    small = Dataset(full.x_train[:1200], full.y_train[:1200], full.x_test[:0], full.y_test[:0],
-                    10, "small")
+    small = Dataset(
+        full.x_train[:1200], full.y_train[:1200], full.x_test[:0], full.y_test[:0], 10, "small"
+    )
     cd = make_federated(small, 5, "paper", seed=2, device=False).train
     steps = steps_per_epoch(int(cd.count.max()), 32)
     idx, valid = epoch_indices(jax.random.key(0), jnp.asarray(cd.count), cd.max_samples, 32, steps)

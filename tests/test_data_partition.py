@@ -176,8 +176,14 @@ def test_property_exact_cover_and_minimum(scheme, num_clients, num_classes, n, a
     min_samples = 0 if scheme == "pathological" else min(2, n // num_clients)
     k = -(-num_classes // num_clients)  # enough classes per client to cover all
     parts = partition(
-        labels, num_clients, scheme, seed=seed, alpha=alpha, min_samples=min_samples,
-        classes_per_client=min(k, num_classes), num_classes=num_classes,
+        labels,
+        num_clients,
+        scheme,
+        seed=seed,
+        alpha=alpha,
+        min_samples=min_samples,
+        classes_per_client=min(k, num_classes),
+        num_classes=num_classes,
     )
     assert_exact_cover(parts, n)
     assert min(p.size for p in parts) >= min_samples

@@ -123,10 +123,13 @@ def test_unknown_name_lists_available():
 tfds = pytest.importorskip("tensorflow_datasets")
 
 
-@pytest.mark.parametrize(("name", "shape", "classes"), [
-    ("mnist", (28, 28, 1), 10),
-    ("cifar100", (32, 32, 3), 100),
-])
+@pytest.mark.parametrize(
+    ("name", "shape", "classes"),
+    [
+        ("mnist", (28, 28, 1), 10),
+        ("cifar100", (32, 32, 3), 100),
+    ],
+)
 def test_tfds_through_mock_data_source(tmp_path, name, shape, classes):
     # tfds.testing.mock_data patches DatasetBuilder.as_data_source, i.e. tfds.data_source
     # (checked in tensorflow-datasets 4.9.10): random examples, no files, no network.

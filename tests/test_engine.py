@@ -42,11 +42,15 @@ def make_data(counts=COUNTS, seed=0, pad_seed=None) -> ClientData:
     y = rng.integers(0, CLASSES, (n, M)).astype(np.int32)
     mask = np.arange(M)[None, :] < np.asarray(counts)[:, None]
     junk = np.random.default_rng(pad_seed)
-    x = np.where(mask[..., None, None, None], x,
-                 junk.integers(0, 256, x.shape, dtype=np.uint8) if pad_seed else 0)
+    x = np.where(
+        mask[..., None, None, None],
+        x,
+        junk.integers(0, 256, x.shape, dtype=np.uint8) if pad_seed else 0,
+    )
     y = np.where(mask, y, junk.integers(0, CLASSES, y.shape) if pad_seed else 0).astype(np.int32)
-    return ClientData(jnp.asarray(x), jnp.asarray(y), jnp.asarray(mask),
-                      jnp.asarray(counts, jnp.int32))
+    return ClientData(
+        jnp.asarray(x), jnp.asarray(y), jnp.asarray(mask), jnp.asarray(counts, jnp.int32)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +77,19 @@ def assert_trees_equal(a, b):
         np.testing.assert_array_equal(u, v)
 
 
-def reference_train(model, params, data, data_client, key, *, epochs=1, momentum=None,
-                    sample_weight=None, prox=None, active=None):
+def reference_train(
+    model,
+    params,
+    data,
+    data_client,
+    key,
+    *,
+    epochs=1,
+    momentum=None,
+    sample_weight=None,
+    prox=None,
+    active=None,
+):
     """Plain per-client Python loop of minibatch SGD, replaying the engine's batch schedule.
 
     The objective is written out here: sum_i w_i * (-log softmax(logits_i)[y_i]) / #real,
@@ -84,8 +99,9 @@ def reference_train(model, params, data, data_client, key, *, epochs=1, momentum
     if active is not None:
         counts = counts * np.asarray(active)
     steps = -(-M // B)  # more steps than the engine's: trailing padded steps must not matter
-    idx, valid = slot_batches(jax.random.split(key)[0], jnp.asarray(counts), M, B,
-                              epochs=epochs, steps_per_epoch=steps)
+    idx, valid = slot_batches(
+        jax.random.split(key)[0], jnp.asarray(counts), M, B, epochs=epochs, steps_per_epoch=steps
+    )
     idx, valid = np.asarray(idx), np.asarray(valid)
 
     @jax.jit
@@ -95,9 +111,16 @@ def reference_train(model, params, data, data_client, key, *, epochs=1, momentum
             ce = -logp[jnp.arange(x.shape[0]), y]
             out = jnp.sum(w * ce) / nvalid
             if prox is not None:
-                out += prox[0] / 2 * sum(jnp.sum((a - b) ** 2) for a, b in
-                                         zip(jax.tree.leaves(p), jax.tree.leaves(anchor)))
+                out += (
+                    prox[0]
+                    / 2
+                    * sum(
+                        jnp.sum((a - b) ** 2)
+                        for a, b in zip(jax.tree.leaves(p), jax.tree.leaves(anchor))
+                    )
+                )
             return out
+
         return jax.grad(loss)(p)
 
     out = []
@@ -136,8 +159,18 @@ def loop_case(model, data):
 @pytest.mark.parametrize(("strategy", "chunk"), [("vmap", None), ("map", None), ("chunked", 4)])
 def test_local_train_matches_python_loop(model, data, loop_case, strategy, chunk):
     opt, dc, state, key, ref = loop_case
-    new, metrics = local_train(model, opt, state, data, dc, key, batch_size=B, epochs=2,
-                               strategy=strategy, chunk_size=chunk)
+    new, metrics = local_train(
+        model,
+        opt,
+        state,
+        data,
+        dc,
+        key,
+        batch_size=B,
+        epochs=2,
+        strategy=strategy,
+        chunk_size=chunk,
+    )
     assert_trees_close(new.params, ref, rtol=2e-5, atol=2e-6)
     expect_steps = 2 * -(-COUNTS[dc] // B)
     np.testing.assert_array_equal(metrics["steps"], expect_steps)
@@ -158,17 +191,39 @@ def test_momentum_weights_prox_and_activity_match_python_loop(model, data):
     def loss_fn(params, x, y, w, aux_s):
         logp = jax.nn.log_softmax(model.apply(params, x))
         ce = -jnp.take_along_axis(logp, y[:, None], axis=1)[:, 0]
-        prox = sum(jnp.sum((a - b) ** 2) for a, b in
-                   zip(jax.tree.leaves(params), jax.tree.leaves(aux_s)))
+        prox = sum(
+            jnp.sum((a - b) ** 2) for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(aux_s))
+        )
         # sample weights are > 0 here, so w > 0 marks the real samples
         return jnp.sum(w * ce) / jnp.maximum(jnp.sum(w > 0), 1) + mu / 2 * prox
 
     key = jax.random.key(11)
-    new, metrics = local_train(model, opt, state, data, dc, key, batch_size=B,
-                               loss_fn=loss_fn, aux=anchor, sample_weight=sw, active=active,
-                               strategy="chunked", chunk_size=3)
-    ref = reference_train(model, state.params, data, dc, key, momentum=0.9, sample_weight=sw,
-                          prox=(mu, anchor), active=active)
+    new, metrics = local_train(
+        model,
+        opt,
+        state,
+        data,
+        dc,
+        key,
+        batch_size=B,
+        loss_fn=loss_fn,
+        aux=anchor,
+        sample_weight=sw,
+        active=active,
+        strategy="chunked",
+        chunk_size=3,
+    )
+    ref = reference_train(
+        model,
+        state.params,
+        data,
+        dc,
+        key,
+        momentum=0.9,
+        sample_weight=sw,
+        prox=(mu, anchor),
+        active=active,
+    )
     assert_trees_close(new.params, ref, rtol=2e-5, atol=2e-6)
     # the inactive slot is bit-for-bit unchanged, optimizer state included
     take = lambda t, s: jax.tree.map(lambda a: a[s], t)
@@ -192,8 +247,17 @@ def test_padded_values_and_padded_steps_change_nothing(model):
     # Padded steps: a fifth slot with a client of M samples adds trailing (padded) steps for
     # the smaller clients' schedules; their results do not move.
     big = make_data(counts=np.array([11, 5, 0, 9, 3, M]))
-    c, _ = local_train(model, opt, init_client_state(model, opt, jax.random.key(0), 5), big,
-                       np.array([0, 1, 3, 4, 5]), key, batch_size=B, epochs=2, strategy="map")
+    c, _ = local_train(
+        model,
+        opt,
+        init_client_state(model, opt, jax.random.key(0), 5),
+        big,
+        np.array([0, 1, 3, 4, 5]),
+        key,
+        batch_size=B,
+        epochs=2,
+        strategy="map",
+    )
     d, _ = local_train(model, opt, state, big, dc, key, batch_size=B, epochs=2, strategy="map")
     assert_trees_equal(jax.tree.map(lambda v: v[:4], c), d)
 
@@ -209,12 +273,25 @@ def test_grad_fn_gets_per_slot_per_step_keys(model, data):
         return u, jax.tree.map(lambda a: jnp.full_like(a, u), params)
 
     key = jax.random.key(3)
-    new, metrics = local_train(model, opt, state, data, dc, key, batch_size=B, num_steps=3,
-                               grad_fn=grad_fn, strategy="chunked", chunk_size=2)
+    new, metrics = local_train(
+        model,
+        opt,
+        state,
+        data,
+        dc,
+        key,
+        batch_size=B,
+        num_steps=3,
+        grad_fn=grad_fn,
+        strategy="chunked",
+        chunk_size=2,
+    )
     grad_key = jax.random.split(key)[1]
     for s, n in enumerate(dc):
-        us = [float(jax.random.uniform(jax.random.fold_in(jax.random.fold_in(grad_key, s), t)))
-              for t in range(3)]
+        us = [
+            float(jax.random.uniform(jax.random.fold_in(jax.random.fold_in(grad_key, s), t)))
+            for t in range(3)
+        ]
         expect = -sum(us) if COUNTS[n] > 0 else 0.0
         delta = leaves(new.params)[0][s] - leaves(state.params)[0][s]
         np.testing.assert_allclose(delta, expect, rtol=1e-5, atol=1e-6)
@@ -228,7 +305,7 @@ def test_slot_batches_schedules():
     assert idx.shape == valid.shape == (4, 6, B)
     for s, c in enumerate(np.asarray(count)):
         for e in range(2):  # every real sample exactly once per epoch
-            seen = idx[s, 3 * e:3 * e + 3][valid[s, 3 * e:3 * e + 3]]
+            seen = idx[s, 3 * e : 3 * e + 3][valid[s, 3 * e : 3 * e + 3]]
             np.testing.assert_array_equal(np.sort(seen), np.arange(c))
     idx, valid = slot_batches(jax.random.key(1), count, M, B, num_steps=5)
     idx, valid = np.asarray(idx), np.asarray(valid)
@@ -248,8 +325,9 @@ def test_cross_evaluate_and_evaluate_match_per_pair_reference(model, data):
     out = cross_evaluate(model, state.params, data, ms, dc, chunk_size=2)
     apply = jax.jit(model.apply)
     for p, (m, n) in enumerate(zip(ms, dc, strict=True)):
-        logits = np.asarray(apply(jax.tree.map(lambda a, m=m: a[m], state.params), data.x[n]),
-                            dtype=np.float64)
+        logits = np.asarray(
+            apply(jax.tree.map(lambda a, m=m: a[m], state.params), data.x[n]), dtype=np.float64
+        )
         logz = np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1)) + logits.max(1)
         y = np.asarray(data.y[n])
         ce = logz - logits[np.arange(M), y]
@@ -267,16 +345,19 @@ def test_cross_evaluate_and_evaluate_match_per_pair_reference(model, data):
 
 def test_tree_helpers_against_numpy():
     rng = np.random.default_rng(0)
-    params = {"a": jnp.asarray(rng.normal(size=(4, 3, 2)), jnp.float32),
-              "b": {"c": jnp.asarray(rng.normal(size=(4, 5)), jnp.float32)}}
+    params = {
+        "a": jnp.asarray(rng.normal(size=(4, 3, 2)), jnp.float32),
+        "b": {"c": jnp.asarray(rng.normal(size=(4, 5)), jnp.float32)},
+    }
     mat = rng.uniform(size=(4, 4)).astype(np.float32)
     mixed = mix(params, mat)
     for name, leaf in [("a", params["a"]), ("c", params["b"]["c"])]:
         got = mixed["a"] if name == "a" else mixed["b"]["c"]
         expect = sum(mat[:, j, None] * np.asarray(leaf)[j].reshape(1, -1) for j in range(4))
         np.testing.assert_allclose(np.asarray(got).reshape(4, -1), expect, rtol=1e-5)
-    flat = np.concatenate([np.asarray(params["a"]).reshape(4, -1),
-                           np.asarray(params["b"]["c"])], axis=1).astype(np.float64)
+    flat = np.concatenate(
+        [np.asarray(params["a"]).reshape(4, -1), np.asarray(params["b"]["c"])], axis=1
+    ).astype(np.float64)
     expect = ((flat[:, None, :] - flat[None, :, :]) ** 2).sum(-1)
     d = np.asarray(sq_dist(params))
     np.testing.assert_allclose(d, expect, rtol=1e-5)
@@ -345,15 +426,18 @@ def test_mlp_learns_real_mnist():
     y = raw["y_train"][:n_train].astype(np.int32)[None]
     xt = raw["x_test"][:n_test, :, :, None][None]
     yt = raw["y_test"][:n_test].astype(np.int32)[None]
-    train = ClientData(jnp.asarray(x), jnp.asarray(y), jnp.ones(y.shape, bool),
-                       jnp.array([n_train], jnp.int32))
-    test = ClientData(jnp.asarray(xt), jnp.asarray(yt), jnp.ones(yt.shape, bool),
-                      jnp.array([n_test], jnp.int32))
+    train = ClientData(
+        jnp.asarray(x), jnp.asarray(y), jnp.ones(y.shape, bool), jnp.array([n_train], jnp.int32)
+    )
+    test = ClientData(
+        jnp.asarray(xt), jnp.asarray(yt), jnp.ones(yt.shape, bool), jnp.array([n_test], jnp.int32)
+    )
     mlp = get_model("mlp", 10, (28, 28, 1))
     opt = optax.sgd(0.1)
     state = init_client_state(mlp, opt, jax.random.key(0), 1)
     before = evaluate(mlp, state.params, test, np.array([0]))["accuracy"][0]
-    state, _ = local_train(mlp, opt, state, train, np.array([0]), jax.random.key(1),
-                           batch_size=32, epochs=3)
+    state, _ = local_train(
+        mlp, opt, state, train, np.array([0]), jax.random.key(1), batch_size=32, epochs=3
+    )
     after = evaluate(mlp, state.params, test, np.array([0]))["accuracy"][0]
     assert before < 0.3 and after > 0.7, (before, after)  # chance is 0.1

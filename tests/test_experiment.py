@@ -13,8 +13,16 @@ from pfedwn_jax.experiment import runner as runner_mod
 from pfedwn_jax.experiment.federation import network_perr
 
 # tiny and fast: logistic regression, 4 clients, 3 rounds
-TINY = dict(model="logreg", num_neighbors=3, rounds=3, batch_size=32, lr=0.05,
-            algorithms=("local", "fedavg", "fedprox"), gamma_th=1.0, eps=0.5)
+TINY = dict(
+    model="logreg",
+    num_neighbors=3,
+    rounds=3,
+    batch_size=32,
+    lr=0.05,
+    algorithms=("local", "fedavg", "fedprox"),
+    gamma_th=1.0,
+    eps=0.5,
+)
 
 
 @pytest.fixture(scope="module")
@@ -55,17 +63,19 @@ def test_model_that_does_not_fit_fails_before_compiling(tmp_path, monkeypatch):
     # 8x8 images are too small for the CNN's two 5x5 convolutions and pools
     rng = np.random.default_rng(0)
     path = tmp_path / "tiny.npz"
-    np.savez(path, x_train=rng.integers(0, 255, (200, 8, 8, 1), dtype=np.uint8),
-             y_train=rng.integers(0, 10, 200), x_test=rng.integers(0, 255, (40, 8, 8, 1),
-                                                                    dtype=np.uint8),
-             y_test=rng.integers(0, 10, 40))
+    np.savez(
+        path,
+        x_train=rng.integers(0, 255, (200, 8, 8, 1), dtype=np.uint8),
+        y_train=rng.integers(0, 10, 200),
+        x_test=rng.integers(0, 255, (40, 8, 8, 1), dtype=np.uint8),
+        y_test=rng.integers(0, 10, 40),
+    )
 
     def no_compile(*args, **kwargs):
         raise AssertionError("compiled a round for a bad config")
 
     monkeypatch.setattr(runner_mod, "_step", no_compile)
-    cfg = ExperimentConfig(**{**TINY, "model": "cnn", "dataset": f"npz:{path}",
-                              "partition": "iid"})
+    cfg = ExperimentConfig(**{**TINY, "model": "cnn", "dataset": f"npz:{path}", "partition": "iid"})
     with pytest.raises(ValueError, match="model"):
         run(cfg, progress=False)
 
@@ -74,8 +84,9 @@ def test_model_that_does_not_fit_fails_before_compiling(tmp_path, monkeypatch):
 def test_single_target_federation_follows_the_selection():
     from pfedwn_jax.wireless import ChannelParams, error_probability, place_uniform
 
-    cfg = ExperimentConfig(**{**TINY, "num_neighbors": 10, "gamma_th": 5.0, "eps": 0.05,
-                              "target": 3})
+    cfg = ExperimentConfig(
+        **{**TINY, "num_neighbors": 10, "gamma_th": 5.0, "eps": 0.05, "target": 3}
+    )
     fed = build_federation(cfg)
     # independent recomputation from the wireless API
     k_place = jax.random.split(jax.random.PRNGKey(cfg.topology_seed))[0]
@@ -85,23 +96,24 @@ def test_single_target_federation_follows_the_selection():
     others_ids = [c for c in range(11) if c != 3]
     expected = [3] + [others_ids[k] for k in range(10) if perr[k] < 0.05]
     assert fed.data_client.tolist() == expected
-    assert fed.adjacency.all() and fed.is_target.tolist() == [True] + [False] * (
-        len(expected) - 1)
+    assert fed.adjacency.all() and fed.is_target.tolist() == [True] + [False] * (len(expected) - 1)
     assert fed.positions.shape == (11, 2)
 
 
 def test_network_federation_rows_match_one_target_at_a_time():
     from pfedwn_jax.wireless import ChannelParams, error_probability
 
-    cfg = ExperimentConfig(**{**TINY, "mode": "network", "num_neighbors": 6, "gamma_th": 2.0,
-                              "eps": 0.3})
+    cfg = ExperimentConfig(
+        **{**TINY, "mode": "network", "num_neighbors": 6, "gamma_th": 2.0, "eps": 0.3}
+    )
     fed = build_federation(cfg)
     n = 7
     assert fed.data_client.tolist() == list(range(n)) and fed.is_target.all()
     for i in range(n):
         others = [j for j in range(n) if j != i]
-        row = np.asarray(error_probability(fed.positions[i], fed.positions[others], 2.0,
-                                           ChannelParams()))
+        row = np.asarray(
+            error_probability(fed.positions[i], fed.positions[others], 2.0, ChannelParams())
+        )
         np.testing.assert_allclose(fed.perr[i, others], row, rtol=1e-5, atol=1e-9)
         np.testing.assert_array_equal(fed.adjacency[i, others], row < 0.3)
         assert fed.adjacency[i, i]
@@ -138,8 +150,7 @@ def test_same_seed_gives_identical_results(tiny_result):
     again = run(ExperimentConfig(**TINY), progress=False)
     for name in tiny_result.methods:
         a, b = tiny_result.methods[name], again.methods[name]
-        for key in ("target_accuracy", "target_loss", "client_accuracy", "client_loss",
-                    "records"):
+        for key in ("target_accuracy", "target_loss", "client_accuracy", "client_loss", "records"):
             assert a[key] == b[key], (name, key)
 
 
@@ -177,8 +188,7 @@ def test_mlp_learns_well_above_chance_on_real_mnist():
 
 
 def test_random_target_is_reproducible_and_in_range():
-    cfg = ExperimentConfig(**{**TINY, "num_neighbors": 6, "target": "random",
-                              "topology_seed": 5})
+    cfg = ExperimentConfig(**{**TINY, "num_neighbors": 6, "target": "random", "topology_seed": 5})
     a, b = build_federation(cfg), build_federation(cfg)
     assert a.target == b.target and 0 <= a.target <= 6
     assert a.data_client[0] == a.target and a.target not in a.neighbors.tolist()

@@ -37,7 +37,11 @@ def test_conv2d_matches_lax_conv(shape, kshape, stride, padding):
 
     def ref_conv(x, k):
         return jax.lax.conv_general_dilated(
-            x, k, (stride, stride), padding, dimension_numbers=("NHWC", "HWIO", "NHWC"),
+            x,
+            k,
+            (stride, stride),
+            padding,
+            dimension_numbers=("NHWC", "HWIO", "NHWC"),
             precision=jax.lax.Precision.HIGHEST,
         )
 

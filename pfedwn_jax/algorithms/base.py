@@ -102,8 +102,9 @@ def _ctx_flatten(ctx: RoundContext):
 
 
 def _ctx_unflatten(aux, children) -> RoundContext:
-    return RoundContext(**dict(zip(_STATIC, aux, strict=True)), **dict(zip(_DYNAMIC, children,
-                                                                            strict=True)))
+    return RoundContext(
+        **dict(zip(_STATIC, aux, strict=True)), **dict(zip(_DYNAMIC, children, strict=True))
+    )
 
 
 jax.tree_util.register_pytree_node(RoundContext, _ctx_flatten, _ctx_unflatten)
@@ -152,9 +153,7 @@ def get_algorithm(name: str) -> Algorithm:
     try:
         return _REGISTRY[name]
     except (KeyError, TypeError):
-        raise ValueError(
-            f"algorithm must be one of {list(_REGISTRY)}; got {name!r}"
-        ) from None
+        raise ValueError(f"algorithm must be one of {list(_REGISTRY)}; got {name!r}") from None
 
 
 def make_hparams(alg: Algorithm, overrides: Mapping[str, Any] | None = None) -> Any:
@@ -167,9 +166,7 @@ def make_hparams(alg: Algorithm, overrides: Mapping[str, Any] | None = None) -> 
     fields = [f.name for f in dataclasses.fields(alg.hparams)]
     unknown = sorted(set(overrides) - set(fields))
     if unknown:
-        raise ValueError(
-            f"hparams.{alg.name}: unknown field(s) {unknown}; allowed: {fields}"
-        )
+        raise ValueError(f"hparams.{alg.name}: unknown field(s) {unknown}; allowed: {fields}")
     return alg.hparams(**overrides)
 
 

@@ -20,8 +20,11 @@ from typing import Any
 
 # flag -> (config field, type, help)
 FLAGS: dict[str, tuple[str, Any, str]] = {
-    "--dataset": ("dataset", str, "dataset name(s), comma-separated for several columns "
-                  "(default: the embedded MNIST subset)"),
+    "--dataset": (
+        "dataset",
+        str,
+        "dataset name(s), comma-separated for several columns (default: the embedded MNIST subset)",
+    ),
     "--data-dir": ("data_dir", str, "TFDS data directory"),
     "--partition": ("partition", str, "partition scheme (default: paper)"),
     "--model": ("model", str, "cnn, resnet18, mlp or logreg"),
@@ -62,10 +65,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         if shown is not None and "default" not in text:
             text = f"{text} (default: {shown})"
         p.add_argument(flag, dest=field, type=typ, default=None, help=text)
-    p.add_argument("--out", type=Path, default=Path("runs/latest"),
-                   help="output directory (default: runs/latest)")
-    p.add_argument("--resume", action="store_true",
-                   help="continue from DIR/checkpoint.npz (same config) if it exists")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("runs/latest"),
+        help="output directory (default: runs/latest)",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from DIR/checkpoint.npz (same config) if it exists",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--no-plot", action="store_true", help="skip the learning-curve PNG")
     p.set_defaults(func=main)
@@ -76,8 +86,11 @@ def _config_defaults() -> dict[str, Any]:
 
     from pfedwn_jax.experiment.config import ExperimentConfig
 
-    return {f.name: f.default for f in dataclasses.fields(ExperimentConfig)
-            if f.default is not dataclasses.MISSING}
+    return {
+        f.name: f.default
+        for f in dataclasses.fields(ExperimentConfig)
+        if f.default is not dataclasses.MISSING
+    }
 
 
 def config_from_args(args: argparse.Namespace):
@@ -149,12 +162,13 @@ def _run_one(config: Any, out: Path, args: argparse.Namespace) -> tuple[Any, lis
     if checkpoint.exists() and not args.resume:
         checkpoint.unlink()
     try:
-        result = run(config, progress=not args.quiet, checkpoint=checkpoint,
-                     resume=args.resume)
+        result = run(config, progress=not args.quiet, checkpoint=checkpoint, resume=args.resume)
     except KeyboardInterrupt:
         if checkpoint.exists():
-            print(f"checkpoint kept: continue with `pfedwn run ... --out {out} --resume`",
-                  file=sys.stderr)
+            print(
+                f"checkpoint kept: continue with `pfedwn run ... --out {out} --resume`",
+                file=sys.stderr,
+            )
         raise
     result.save(out / RESULTS)
     with contextlib.suppress(FileNotFoundError):
@@ -216,8 +230,12 @@ def main(args: argparse.Namespace) -> int:
         out / CASES,
         {
             "cases": [
-                {"label": lbl, "dir": str(d.relative_to(out)), "config": r.config.to_dict(),
-                 "summary": r.summary()}
+                {
+                    "label": lbl,
+                    "dir": str(d.relative_to(out)),
+                    "config": r.config.to_dict(),
+                    "summary": r.summary(),
+                }
                 for lbl, d, r in zip(labels, dirs, results, strict=True)
             ]
         },

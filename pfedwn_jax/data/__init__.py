@@ -1,7 +1,7 @@
 """Datasets, non-IID partitions and stacked per-client arrays (see docs/data.md).
 
-    fed = make_federated(DEFAULT_DATASET, num_clients=11, scheme="paper", seed=0)
-    fed.train.x  # [11, max_train, 28, 28, 1] uint8
+fed = make_federated(DEFAULT_DATASET, num_clients=11, scheme="paper", seed=0)
+fed.train.x  # [11, max_train, 28, 28, 1] uint8
 """
 
 from pfedwn_jax.data.batching import epoch_indices, steps_per_epoch

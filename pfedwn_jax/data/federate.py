@@ -105,6 +105,7 @@ def client_label_counts(data: FederatedData, split: str = "all") -> np.ndarray:
     total = np.zeros((splits[0].num_clients, data.num_classes), np.int64)
     for cd in splits:
         y, mask = np.asarray(cd.y), np.asarray(cd.mask)
-        total += np.stack([np.bincount(y[n][mask[n]], minlength=data.num_classes)
-                           for n in range(y.shape[0])])
+        total += np.stack(
+            [np.bincount(y[n][mask[n]], minlength=data.num_classes) for n in range(y.shape[0])]
+        )
     return total

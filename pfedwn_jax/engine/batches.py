@@ -43,8 +43,9 @@ def slot_batches(
     """
     if num_steps is None:
         parts = [
-            epoch_indices(jax.random.fold_in(key, e), count, max_samples, batch_size,
-                          steps_per_epoch)
+            epoch_indices(
+                jax.random.fold_in(key, e), count, max_samples, batch_size, steps_per_epoch
+            )
             for e in range(epochs)
         ]
         return (

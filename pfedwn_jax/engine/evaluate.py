@@ -55,8 +55,13 @@ def cross_evaluate(
         chunk_size = max(1, _EVAL_SAMPLES_PER_CHUNK // max(data.max_samples, 1))
     chunk_size = min(check_int("chunk_size", chunk_size, 1), max(num_pairs, 1))
     return _cross_evaluate(
-        model, params, data.x, data.y, data.mask,
-        jnp.asarray(model_slot, jnp.int32), jnp.asarray(data_client, jnp.int32),
+        model,
+        params,
+        data.x,
+        data.y,
+        data.mask,
+        jnp.asarray(model_slot, jnp.int32),
+        jnp.asarray(data_client, jnp.int32),
         chunk=chunk_size,
     )
 
@@ -98,4 +103,3 @@ def evaluate(
         "loss": out["loss"].sum(axis=1) / count,
         "accuracy": out["correct"].sum(axis=1) / count,
     }
-

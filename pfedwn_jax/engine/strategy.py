@@ -30,9 +30,7 @@ _AUTO = {
 _AUTO_ACCELERATOR = ("chunked", 256)
 
 
-def resolve_strategy(
-    strategy: str, chunk_size: int | None, num_slots: int
-) -> tuple[str, int]:
+def resolve_strategy(strategy: str, chunk_size: int | None, num_slots: int) -> tuple[str, int]:
     """Validate and resolve `(strategy, chunk_size)` to a concrete choice for `num_slots` slots.
 
     Returns `("vmap", S)`, `("map", 1)` or `("chunked", C)` with `1 <= C <= S`.

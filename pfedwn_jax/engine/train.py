@@ -132,16 +132,48 @@ def local_train(
 
     fn = _train_donated if donate else _train
     return fn(
-        model, optimizer, state, data.x, data.y, data.count,
-        jnp.asarray(data_client, dtype=jnp.int32), key, aux, sample_weight, active,
-        batch_size=batch_size, epochs=epochs, steps_per_epoch=spe, num_steps=num_steps,
-        loss_fn=loss_fn, grad_fn=grad_fn, strategy=strategy, chunk=chunk,
+        model,
+        optimizer,
+        state,
+        data.x,
+        data.y,
+        data.count,
+        jnp.asarray(data_client, dtype=jnp.int32),
+        key,
+        aux,
+        sample_weight,
+        active,
+        batch_size=batch_size,
+        epochs=epochs,
+        steps_per_epoch=spe,
+        num_steps=num_steps,
+        loss_fn=loss_fn,
+        grad_fn=grad_fn,
+        strategy=strategy,
+        chunk=chunk,
     )
 
 
 def _train_impl(
-    model, optimizer, state, x_all, y_all, count_all, data_client, key, aux, sample_weight,
-    active, *, batch_size, epochs, steps_per_epoch, num_steps, loss_fn, grad_fn, strategy,
+    model,
+    optimizer,
+    state,
+    x_all,
+    y_all,
+    count_all,
+    data_client,
+    key,
+    aux,
+    sample_weight,
+    active,
+    *,
+    batch_size,
+    epochs,
+    steps_per_epoch,
+    num_steps,
+    loss_fn,
+    grad_fn,
+    strategy,
     chunk,
 ):
     num_slots = data_client.shape[0]
@@ -151,8 +183,13 @@ def _train_impl(
         count = jnp.where(jnp.asarray(active, bool), count, 0)
     batch_key, grad_key = jax.random.split(key)
     idx, valid = slot_batches(
-        batch_key, count, max_samples, batch_size,
-        epochs=epochs, steps_per_epoch=steps_per_epoch, num_steps=num_steps,
+        batch_key,
+        count,
+        max_samples,
+        batch_size,
+        epochs=epochs,
+        steps_per_epoch=steps_per_epoch,
+        num_steps=num_steps,
     )
 
     def objective(params, x, y, w, valid_t, aux_s):
@@ -199,9 +236,16 @@ def _train_impl(
 
             def group_step(p, o, idx_t, valid_t, t):
                 p, o, loss, ok = slot_step(
-                    squeeze(p), squeeze(o), dcs[0], idx_t[0], valid_t[0],
-                    None if g_sw is None else g_sw[0], None if g_aux is None else squeeze(g_aux),
-                    slot_ids[0], t[0], masked=False,
+                    squeeze(p),
+                    squeeze(o),
+                    dcs[0],
+                    idx_t[0],
+                    valid_t[0],
+                    None if g_sw is None else g_sw[0],
+                    None if g_aux is None else squeeze(g_aux),
+                    slot_ids[0],
+                    t[0],
+                    masked=False,
                 )
                 return expand(p), expand(o), loss[None], ok[None]
         else:
@@ -250,17 +294,28 @@ def _train_impl(
             g_sw = None if sample_weight is None else get(sample_weight, slots)
             take = lambda tree: jax.tree.map(lambda a: get(a, slots), tree)
             p, o, loss_sum, n = train_group(
-                take(p_all), take(o_all), get(data_client, slots), get(idx, slots), g_valid,
-                g_sw, None if aux is None else take(aux), safe,
+                take(p_all),
+                take(o_all),
+                get(data_client, slots),
+                get(idx, slots),
+                g_valid,
+                g_sw,
+                None if aux is None else take(aux),
+                safe,
             )
             put_all = lambda full, part: jax.tree.map(lambda a, b: put(a, b, slots), full, part)
-            return put_all(p_all, p), put_all(o_all, o), put(l_all, loss_sum, slots), put(
-                n_all, n, slots
+            return (
+                put_all(p_all, p),
+                put_all(o_all, o),
+                put(l_all, loss_sum, slots),
+                put(n_all, n, slots),
             )
 
         init = (
-            state.params, state.opt_state,
-            jnp.zeros(num_slots, jnp.float32), jnp.zeros(num_slots, jnp.int32),
+            state.params,
+            state.opt_state,
+            jnp.zeros(num_slots, jnp.float32),
+            jnp.zeros(num_slots, jnp.int32),
         )
         params, opt_state, loss_sum, n = jax.lax.fori_loop(0, groups, group_body, init)
 
@@ -271,8 +326,16 @@ def _train_impl(
 
 
 _STATIC = (
-    "model", "optimizer", "batch_size", "epochs", "steps_per_epoch", "num_steps", "loss_fn",
-    "grad_fn", "strategy", "chunk",
+    "model",
+    "optimizer",
+    "batch_size",
+    "epochs",
+    "steps_per_epoch",
+    "num_steps",
+    "loss_fn",
+    "grad_fn",
+    "strategy",
+    "chunk",
 )
 _train = jax.jit(_train_impl, static_argnames=_STATIC)
 _train_donated = jax.jit(_train_impl, static_argnames=_STATIC, donate_argnames=("state",))

@@ -114,22 +114,25 @@ class ExperimentConfig:
         if not isinstance(self.partition, str) or not self.partition:
             raise ValueError(f"partition must be a non-empty string; got {self.partition!r}")
         check_range("alpha", self.alpha, 0.0, low_inclusive=False)
-        check_range("train_frac", self.train_frac, 0.0, 1.0, low_inclusive=False,
-                    high_inclusive=False)
+        check_range(
+            "train_frac", self.train_frac, 0.0, 1.0, low_inclusive=False, high_inclusive=False
+        )
         if self.data_seed is not None:
             check_int("data_seed", self.data_seed, 0)
         check_choice("model", self.model, available_models())
         registered = available_algorithms()
         for alg in self.algorithms:
             if alg not in registered:
-                raise ValueError(f"algorithms: unknown algorithm {alg!r}; available: "
-                                 f"{list(registered)}")
+                raise ValueError(
+                    f"algorithms: unknown algorithm {alg!r}; available: {list(registered)}"
+                )
         if len(set(self.algorithms)) != len(self.algorithms):
             raise ValueError(f"algorithms must not repeat a name; got {list(self.algorithms)}")
         for alg, overrides in self.hparams.items():
             if alg not in registered:
-                raise ValueError(f"hparams: unknown algorithm {alg!r}; available: "
-                                 f"{list(registered)}")
+                raise ValueError(
+                    f"hparams: unknown algorithm {alg!r}; available: {list(registered)}"
+                )
             self._make_hparams(alg, overrides)
         check_int("rounds", self.rounds, 1)
         check_int("local_epochs", self.local_epochs, 1)
@@ -147,8 +150,10 @@ class ExperimentConfig:
         check_int("topology_seed", self.topology_seed, 0)
         if self.target != "random":
             if isinstance(self.target, str):
-                raise ValueError(f"target must be an integer in [0, {self.num_neighbors}] or "
-                                 f"'random'; got {self.target!r}")
+                raise ValueError(
+                    f"target must be an integer in [0, {self.num_neighbors}] or "
+                    f"'random'; got {self.target!r}"
+                )
             check_int("target", self.target, 0, self.num_neighbors)
         for key in self.channel:
             if not isinstance(key, str):
@@ -193,8 +198,9 @@ class ExperimentConfig:
         """Build from a dict; unknown keys are a ValueError listing the allowed ones."""
         unknown = sorted(set(data) - set(cls.field_names()))
         if unknown:
-            raise ValueError(f"config: unknown field(s) {unknown}; allowed: "
-                             f"{list(cls.field_names())}")
+            raise ValueError(
+                f"config: unknown field(s) {unknown}; allowed: {list(cls.field_names())}"
+            )
         return cls(**dict(data))
 
     @classmethod

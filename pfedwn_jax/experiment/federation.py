@@ -81,13 +81,16 @@ def channel_params(config: ExperimentConfig) -> Any:
     """`ChannelParams` with the config's overrides (unknown fields name `channel`)."""
     from pfedwn_jax.wireless import ChannelParams
 
-    names = {f.name for f in dataclasses.fields(ChannelParams)} if dataclasses.is_dataclass(
-        ChannelParams
-    ) else set(getattr(ChannelParams, "_fields", ()))
+    names = (
+        {f.name for f in dataclasses.fields(ChannelParams)}
+        if dataclasses.is_dataclass(ChannelParams)
+        else set(getattr(ChannelParams, "_fields", ()))
+    )
     unknown = sorted(set(config.channel) - names)
     if unknown:
-        raise ValueError(f"channel: unknown ChannelParams field(s) {unknown}; allowed: "
-                         f"{sorted(names)}")
+        raise ValueError(
+            f"channel: unknown ChannelParams field(s) {unknown}; allowed: {sorted(names)}"
+        )
     return ChannelParams(**config.channel)
 
 
@@ -140,7 +143,10 @@ def single_target_federation(config: ExperimentConfig) -> Federation:
 
 
 def network_perr(
-    positions: np.ndarray, gamma_th: float, params: Any, moments: str,
+    positions: np.ndarray,
+    gamma_th: float,
+    params: Any,
+    moments: str,
     max_elements: int = 1 << 24,
 ) -> np.ndarray:
     """`[N, N]` error probabilities, `perr[i, j]` for link j -> i with all others interfering.
@@ -157,8 +163,9 @@ def network_perr(
     out = np.zeros((n, n))
     for lo in range(0, n, chunk):
         rows = np.arange(lo, min(n, lo + chunk))
-        p = error_probability(positions[rows], positions[others[rows]], gamma_th, params,
-                              moments=moments)
+        p = error_probability(
+            positions[rows], positions[others[rows]], gamma_th, params, moments=moments
+        )
         out[rows[:, None], others[rows]] = np.asarray(p, np.float64)
     return out
 

@@ -17,12 +17,13 @@ def _pct(x: float | None) -> str:
 def describe_network(result: Result) -> str:
     """One line: dataset, network size, target and its selected neighbors."""
     net, cfg = result.network, result.config
-    head = f"{result.data['name']}, {cfg.num_clients} clients, gamma_th {cfg.gamma_th:g}, " \
-           f"eps {cfg.eps:g}, {cfg.rounds} rounds, model {cfg.model}"
+    head = (
+        f"{result.data['name']}, {cfg.num_clients} clients, gamma_th {cfg.gamma_th:g}, "
+        f"eps {cfg.eps:g}, {cfg.rounds} rounds, model {cfg.model}"
+    )
     if net["mode"] == "single":
         sel = net.get("selected_neighbors", [])
-        return f"{head}; target client {net['target']} with {len(sel)} selected " \
-               f"neighbor(s) {sel}"
+        return f"{head}; target client {net['target']} with {len(sel)} selected neighbor(s) {sel}"
     links = int(np.sum(net["adjacency"])) - net["num_slots"]
     return f"{head}; network-wide, {links} selected links (accuracy: mean over clients)"
 

@@ -218,8 +218,9 @@ def run(
         raise ValueError(f"config must be an ExperimentConfig; got {type(config).__name__}")
     t_start = time.perf_counter()
     checkpoint = Path(checkpoint) if checkpoint is not None else None
-    methods = [(name, get_algorithm(name), config.hparams_for(name))
-               for name in config.method_names]
+    methods = [
+        (name, get_algorithm(name), config.hparams_for(name)) for name in config.method_names
+    ]
 
     # host-side setup and every remaining validation happen before anything compiles
     data = load_data(config)
@@ -236,9 +237,7 @@ def run(
     if resume and checkpoint is not None and checkpoint.exists():
         saved, leaves = load_checkpoint(checkpoint)
         if saved.get("config") != to_jsonable(config.to_dict()):
-            raise ValueError(
-                f"resume: checkpoint {checkpoint} was written for a different config"
-            )
+            raise ValueError(f"resume: checkpoint {checkpoint} was written for a different config")
         done = saved["methods"]
         current_name = saved.get("current")
         if current_name is not None:
@@ -261,8 +260,7 @@ def run(
             return
         save_checkpoint(
             checkpoint,
-            {"config": config.to_dict(), "methods": done, "current": name,
-             "current_entry": entry},
+            {"config": config.to_dict(), "methods": done, "current": name, "current_entry": entry},
             state,
         )
 
@@ -332,6 +330,11 @@ def _progress_bar(name: str, total: int, initial: int, enabled: bool):
     from tqdm.auto import tqdm
 
     return tqdm(
-        total=total, initial=initial, desc=f"{name:>9}", unit="round", disable=not enabled,
-        leave=True, dynamic_ncols=True,
+        total=total,
+        initial=initial,
+        desc=f"{name:>9}",
+        unit="round",
+        disable=not enabled,
+        leave=True,
+        dynamic_ncols=True,
     )

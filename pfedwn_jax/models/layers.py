@@ -25,9 +25,7 @@ def _same_pads(size: int, k: int, stride: int) -> tuple[int, int]:
     return total // 2, total - total // 2
 
 
-def conv2d(
-    x: jax.Array, kernel: jax.Array, stride: int = 1, padding: str = "VALID"
-) -> jax.Array:
+def conv2d(x: jax.Array, kernel: jax.Array, stride: int = 1, padding: str = "VALID") -> jax.Array:
     """Convolution by im2col: `x [B, H, W, Cin]`, `kernel [kh, kw, Cin, Cout]` -> `[B, Ho, Wo, Co]`.
 
     Same semantics as `lax.conv_general_dilated(x, kernel, (stride, stride), padding,
@@ -95,7 +93,10 @@ class Conv2D(nnx.Module):
             y = conv2d(x, k, self.stride, self.padding)
         else:
             y = jax.lax.conv_general_dilated(
-                x, k, (self.stride, self.stride), self.padding,
+                x,
+                k,
+                (self.stride, self.stride),
+                self.padding,
                 dimension_numbers=("NHWC", "HWIO", "NHWC"),
             )
         if self.bias is not None:

@@ -77,9 +77,7 @@ def _check_shape(input_shape: Any) -> tuple[int, int, int]:
     return shape  # type: ignore[return-value]
 
 
-def get_model(
-    name: str, num_classes: int, input_shape: Any, *, conv_impl: str = "im2col"
-) -> Model:
+def get_model(name: str, num_classes: int, input_shape: Any, *, conv_impl: str = "im2col") -> Model:
     """Build model `name` ("cnn", "resnet18", "mlp", "logreg") for `input_shape = (H, W, C)`.
 
     `conv_impl` ("im2col" or "lax") selects the convolution kernel of the conv nets. Calls with
@@ -94,9 +92,7 @@ def get_model(
 
 
 @functools.lru_cache(maxsize=64)
-def _build(
-    name: str, num_classes: int, input_shape: tuple[int, int, int], conv_impl: str
-) -> Model:
+def _build(name: str, num_classes: int, input_shape: tuple[int, int, int], conv_impl: str) -> Model:
     cls, shape_check, takes_impl = _ARCHS[name]
     if shape_check is not None:
         shape_check(input_shape)
