@@ -136,8 +136,14 @@ def setup_method(
             params = broadcast_slots(average(state.params), num_clients)
             return ClientState(params, state.opt_state)
 
-        box = {"state": init_client_state(model, opt, key, num_clients)}
-        fn = jax.jit(fedavg_round, donate_argnums=0)
+        from pfedwn_jax.engine import constrain_slots, put_slots, replicate
+
+        def fedavg_round_placed(state, data, key):
+            return constrain_slots(fedavg_round(state, data, key), num_clients)
+
+        box = {"state": put_slots(init_client_state(model, opt, key, num_clients), num_clients)}
+        data = replicate(data, num_clients)
+        fn = jax.jit(fedavg_round_placed, donate_argnums=0)
         t0 = time.perf_counter()
         compiled = fn.lower(box["state"], data, key).compile()
         out["compile_s"] = time.perf_counter() - t0
@@ -146,9 +152,11 @@ def setup_method(
         def run(r):
             box["state"] = _block(compiled(box["state"], data, jax.random.fold_in(key, r)))
 
+        from pfedwn_jax.engine.sharding import resolve_shards
         from pfedwn_jax.engine.strategy import resolve_strategy
 
         out["strategy"] = list(resolve_strategy(strategy, chunk_size, num_clients))
+        out["shards"] = resolve_shards(None, num_clients)
 
     elif method == "loop":
         box = {"params": model.init(key)}
@@ -300,6 +308,8 @@ def run_in_subprocess(model: str, clients: int, methods: list[str], args) -> dic
     ]
     if args.chunk_size:
         cmd += ["--chunk-size", str(args.chunk_size)]
+    if args.cpu_devices:
+        cmd += ["--cpu-devices", str(args.cpu_devices)]
     try:
         proc = subprocess.run(
             cmd, capture_output=True, text=True, timeout=args.timeout, check=False
@@ -341,6 +351,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3, help="timed rounds after the warm-up")
     p.add_argument("--strategy", default="auto", help="engine execution strategy")
     p.add_argument("--chunk-size", type=int, default=None)
+    p.add_argument(
+        "--cpu-devices",
+        type=int,
+        default=None,
+        help="CPU devices the engine shards clients over (default: one per core; 1 = off)",
+    )
     p.add_argument("--timeout", type=float, default=1800, help="seconds per subprocess")
     p.add_argument("--json", action="store_true", help="print one JSON object and nothing else")
     p.add_argument("--out", default=None, help="also write all results to this JSON file")
@@ -351,6 +367,9 @@ def main(argv: list[str] | None = None) -> int:
     clients = [int(c) for c in args.clients.split(",")]
     methods = [m for m in args.methods.split(",") if m]
     if args.case:  # internal: one (model, N) case measured in this process
+        from pfedwn_jax.devices import use_cpu_devices
+
+        use_cpu_devices(args.cpu_devices)  # before any JAX computation of this process
         res = run_case(models[0], clients[0], methods, args.repeats, args.strategy, args.chunk_size)
         print(json.dumps(res))
         return 0

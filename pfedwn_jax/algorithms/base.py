@@ -73,6 +73,8 @@ class RoundContext(NamedTuple):
       batch_size: local minibatch size. Static.
       local_epochs: local epochs per round. Static.
       num_steps: if not None, local SGD steps per round instead of epochs. Static.
+      shards: devices the slots are split over in local training (``engine.sharding``);
+        None: every device of the default backend. Static.
     """
 
     model: Any
@@ -85,13 +87,14 @@ class RoundContext(NamedTuple):
     batch_size: int
     local_epochs: int = 1
     num_steps: int | None = None
+    shards: int | None = None
 
     @property
     def num_slots(self) -> int:
         return int(self.data_client.shape[0])
 
 
-_STATIC = ("model", "optimizer", "batch_size", "local_epochs", "num_steps")
+_STATIC = ("model", "optimizer", "batch_size", "local_epochs", "num_steps", "shards")
 _DYNAMIC = ("train", "data_client", "adjacency", "is_target", "num_samples")
 
 
@@ -196,6 +199,7 @@ def local_update(ctx: RoundContext, clients, key: jax.Array, **kwargs):
 
     if ctx.num_steps is not None:
         kwargs.setdefault("num_steps", ctx.num_steps)
+    kwargs.setdefault("shards", ctx.shards)
     return local_train(
         ctx.model,
         ctx.optimizer,

@@ -200,6 +200,7 @@ def estimate_pi(
                 batch_size=ctx.batch_size,
                 epochs=hp.component_epochs,
                 sample_weight=lam[pt, pn],
+                shards=ctx.shards,
             )
         return (comp_state, pi), pi
 

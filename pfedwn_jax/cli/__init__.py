@@ -19,6 +19,14 @@ def build_parser() -> argparse.ArgumentParser:
         prog="pfedwn",
         description="Personalized federated learning over D2D wireless networks (JAX).",
     )
+    parser.add_argument(
+        "--cpu-devices",
+        type=int,
+        default=None,
+        metavar="N",
+        help="CPU devices JAX exposes; the engine trains clients on them in parallel "
+        "(default: one per core; 1 turns it off)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for module in SUBCOMMANDS.values():
         try:
@@ -34,6 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.cpu_devices is not None and args.cpu_devices < 1:
+        parser.error(f"--cpu-devices must be >= 1; got {args.cpu_devices}")
+    from pfedwn_jax.devices import use_cpu_devices
+
+    use_cpu_devices(args.cpu_devices)  # before this process's first JAX computation
     try:
         return int(args.func(args) or 0)
     except ValueError as e:

@@ -3,6 +3,13 @@
 from pfedwn_jax.engine.batches import slot_batches
 from pfedwn_jax.engine.evaluate import cross_evaluate, evaluate
 from pfedwn_jax.engine.losses import default_loss, per_sample_ce, weighted_ce
+from pfedwn_jax.engine.sharding import (
+    constrain_slots,
+    put_slots,
+    replicate,
+    resolve_shards,
+    shard_slots,
+)
 from pfedwn_jax.engine.state import ClientState, init_client_state
 from pfedwn_jax.engine.strategy import STRATEGIES, resolve_strategy
 from pfedwn_jax.engine.train import local_train
@@ -19,6 +26,7 @@ __all__ = [
     "STRATEGIES",
     "ClientState",
     "broadcast_slots",
+    "constrain_slots",
     "cross_evaluate",
     "default_loss",
     "evaluate",
@@ -27,7 +35,11 @@ __all__ = [
     "local_train",
     "mix",
     "per_sample_ce",
+    "put_slots",
+    "replicate",
+    "resolve_shards",
     "resolve_strategy",
+    "shard_slots",
     "slot_batches",
     "sq_dist",
     "take_slots",

@@ -11,6 +11,7 @@ step count.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +25,7 @@ from pfedwn_jax.data.batching import steps_per_epoch
 from pfedwn_jax.data.client_data import ClientData
 from pfedwn_jax.engine.batches import slot_batches
 from pfedwn_jax.engine.losses import weighted_ce
+from pfedwn_jax.engine.sharding import constrain_slots, resolve_shards, shard_slots
 from pfedwn_jax.engine.state import ClientState
 from pfedwn_jax.engine.strategy import resolve_strategy
 from pfedwn_jax.models import Model, check_model_fits
@@ -73,6 +75,7 @@ def local_train(
     active: Any = None,
     strategy: str = "auto",
     chunk_size: int | None = None,
+    shards: int | None = None,
     donate: bool = False,
 ) -> tuple[ClientState, dict[str, jax.Array]]:
     """Local minibatch training of all S slots.
@@ -94,6 +97,8 @@ def local_train(
       sample_weight: `[S, M]` per-sample weights of each slot's data (default 1).
       active: `[S]` bool; inactive slots are returned unchanged (bit for bit).
       strategy, chunk_size: slot execution strategy (see `engine.strategy`).
+      shards: split the slots into this many contiguous blocks, one per device, trained in
+        parallel (see `engine.sharding`); None: every device of the default backend.
       donate: donate `state`'s buffers to the output (the caller must not reuse `state`).
 
     Returns:
@@ -120,6 +125,7 @@ def local_train(
     if active is not None and np.shape(active) != (num_slots,):
         raise ValueError(f"active must have shape [S] = ({num_slots},); got {np.shape(active)}")
     strategy, chunk = resolve_strategy(strategy, chunk_size, num_slots)
+    shards = resolve_shards(shards, num_slots)
 
     # Static steps per epoch: the largest slot's need when the counts are known on the host.
     if is_concrete(data.count) and is_concrete(data_client):
@@ -151,6 +157,7 @@ def local_train(
         grad_fn=grad_fn,
         strategy=strategy,
         chunk=chunk,
+        shards=shards,
     )
 
 
@@ -175,6 +182,7 @@ def _train_impl(
     grad_fn,
     strategy,
     chunk,
+    shards,
 ):
     num_slots = data_client.shape[0]
     max_samples = y_all.shape[1]
@@ -191,6 +199,58 @@ def _train_impl(
         steps_per_epoch=steps_per_epoch,
         num_steps=num_steps,
     )
+    slot_ids = jnp.arange(num_slots, dtype=jnp.int32)
+    run = functools.partial(_run_slots, model, optimizer, loss_fn, grad_fn, strategy, chunk)
+    replicated = (x_all, y_all, grad_key)
+    per_slot = (
+        state.params,
+        state.opt_state,
+        data_client,
+        idx,
+        valid,
+        sample_weight,
+        aux,
+        slot_ids,
+        count,
+    )
+    if shards == 1:
+        params, opt_state, loss_sum, n = run(*replicated, *per_slot)
+    else:
+        params, opt_state, loss_sum, n = shard_slots(run, replicated, per_slot, num_slots, shards)
+
+    # Inactive slots had count 0, hence no valid step: their state is returned unchanged.
+    new_state = ClientState(params, opt_state)
+    if shards > 1:
+        new_state = constrain_slots(new_state, num_slots, shards)
+    metrics = {"loss": loss_sum / jnp.maximum(n, 1).astype(jnp.float32), "steps": n}
+    return new_state, metrics
+
+
+def _run_slots(
+    model,
+    optimizer,
+    loss_fn,
+    grad_fn,
+    strategy,
+    chunk,
+    x_all,
+    y_all,
+    grad_key,
+    params_all,
+    opt_all,
+    data_client,
+    idx,
+    valid,
+    sample_weight,
+    aux,
+    slot_ids,
+    count,
+):
+    """Train the given slots (leading axis S_local) with `strategy`; the body of one shard.
+
+    Returns `(params, opt_state, loss_sum [S_local], steps [S_local])`.
+    """
+    num_slots = data_client.shape[0]
 
     def objective(params, x, y, w, valid_t, aux_s):
         if loss_fn is not None:
@@ -217,7 +277,7 @@ def _train_impl(
         keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, old)
         return keep(new_params, params), keep(new_opt, opt_state), jnp.where(ok, loss, 0.0), ok
 
-    def train_group(params, opt_state, dcs, g_idx, g_valid, g_sw, g_aux, slot_ids):
+    def train_group(params, opt_state, dcs, g_idx, g_valid, g_sw, g_aux, g_ids):
         """Train a group of C slots (all leading axes C) through their non-empty steps.
 
         Each slot's non-empty steps are moved to the front (stable, so their order is kept)
@@ -243,14 +303,14 @@ def _train_impl(
                     valid_t[0],
                     None if g_sw is None else g_sw[0],
                     None if g_aux is None else squeeze(g_aux),
-                    slot_ids[0],
+                    g_ids[0],
                     t[0],
                     masked=False,
                 )
                 return expand(p), expand(o), loss[None], ok[None]
         else:
             group_step = lambda p, o, idx_t, valid_t, t: jax.vmap(slot_step)(
-                p, o, dcs, idx_t, valid_t, g_sw, g_aux, slot_ids, t
+                p, o, dcs, idx_t, valid_t, g_sw, g_aux, g_ids, t
             )
 
         def body(k, carry):
@@ -263,66 +323,58 @@ def _train_impl(
         trips = jnp.max(jnp.sum(nonempty, axis=1))
         return jax.lax.fori_loop(0, trips, body, init)
 
-    slot_ids = jnp.arange(num_slots)
-    if strategy == "vmap":
-        params, opt_state, loss_sum, n = train_group(
-            state.params, state.opt_state, data_client, idx, valid, sample_weight, aux, slot_ids
+    if strategy == "vmap" or chunk >= num_slots:
+        return train_group(
+            params_all, opt_all, data_client, idx, valid, sample_weight, aux, slot_ids
         )
+
+    # Groups of `chunk` slots, largest data first; padded entries point past the end (S)
+    # and are dropped when scattered back. One slot per group (map) uses dynamic slices,
+    # updated in place.
+    groups = -(-num_slots // chunk)
+    local = jnp.arange(num_slots, dtype=jnp.int32)
+    if strategy == "map":
+        order = local.reshape(groups, 1)
+        get = lambda full, slots: jax.lax.dynamic_slice_in_dim(full, slots[0], 1)
+        put = lambda full, part, slots: jax.lax.dynamic_update_slice_in_dim(full, part, slots[0], 0)
     else:
-        # Groups of `chunk` slots, largest data first; padded entries point past the end (S)
-        # and are dropped when scattered back. One slot per group (map) uses dynamic slices,
-        # updated in place.
-        groups = -(-num_slots // chunk)
-        if strategy == "map":
-            order = slot_ids.reshape(groups, 1)
-            get = lambda full, slots: jax.lax.dynamic_slice_in_dim(full, slots[0], 1)
-            put = lambda full, part, slots: jax.lax.dynamic_update_slice_in_dim(
-                full, part, slots[0], 0
-            )
-        else:
-            order = jnp.argsort(-count, stable=True)
-            order = jnp.concatenate([order, jnp.full(groups * chunk - num_slots, num_slots)])
-            order = order.astype(jnp.int32).reshape(groups, chunk)
-            get = lambda full, slots: jnp.take(full, jnp.minimum(slots, num_slots - 1), axis=0)
-            put = lambda full, part, slots: full.at[slots].set(part, mode="drop")
+        order = jnp.argsort(-count, stable=True)
+        order = jnp.concatenate([order, jnp.full(groups * chunk - num_slots, num_slots)])
+        order = order.astype(jnp.int32).reshape(groups, chunk)
+        get = lambda full, slots: jnp.take(full, jnp.minimum(slots, num_slots - 1), axis=0)
+        put = lambda full, part, slots: full.at[slots].set(part, mode="drop")
 
-        def group_body(g, carry):
-            p_all, o_all, l_all, n_all = carry
-            slots = order[g]
-            safe = jnp.minimum(slots, num_slots - 1)
-            g_valid = get(valid, slots) & (slots < num_slots)[:, None, None]
-            g_sw = None if sample_weight is None else get(sample_weight, slots)
-            take = lambda tree: jax.tree.map(lambda a: get(a, slots), tree)
-            p, o, loss_sum, n = train_group(
-                take(p_all),
-                take(o_all),
-                get(data_client, slots),
-                get(idx, slots),
-                g_valid,
-                g_sw,
-                None if aux is None else take(aux),
-                safe,
-            )
-            put_all = lambda full, part: jax.tree.map(lambda a, b: put(a, b, slots), full, part)
-            return (
-                put_all(p_all, p),
-                put_all(o_all, o),
-                put(l_all, loss_sum, slots),
-                put(n_all, n, slots),
-            )
-
-        init = (
-            state.params,
-            state.opt_state,
-            jnp.zeros(num_slots, jnp.float32),
-            jnp.zeros(num_slots, jnp.int32),
+    def group_body(g, carry):
+        p_all, o_all, l_all, n_all = carry
+        slots = order[g]
+        g_valid = get(valid, slots) & (slots < num_slots)[:, None, None]
+        g_sw = None if sample_weight is None else get(sample_weight, slots)
+        take = lambda tree: jax.tree.map(lambda a: get(a, slots), tree)
+        p, o, loss_sum, n = train_group(
+            take(p_all),
+            take(o_all),
+            get(data_client, slots),
+            get(idx, slots),
+            g_valid,
+            g_sw,
+            None if aux is None else take(aux),
+            get(slot_ids, slots),
         )
-        params, opt_state, loss_sum, n = jax.lax.fori_loop(0, groups, group_body, init)
+        put_all = lambda full, part: jax.tree.map(lambda a, b: put(a, b, slots), full, part)
+        return (
+            put_all(p_all, p),
+            put_all(o_all, o),
+            put(l_all, loss_sum, slots),
+            put(n_all, n, slots),
+        )
 
-    # Inactive slots had count 0, hence no valid step: their state is returned unchanged.
-    new_state = ClientState(params, opt_state)
-    metrics = {"loss": loss_sum / jnp.maximum(n, 1).astype(jnp.float32), "steps": n}
-    return new_state, metrics
+    init = (
+        params_all,
+        opt_all,
+        jnp.zeros(num_slots, jnp.float32),
+        jnp.zeros(num_slots, jnp.int32),
+    )
+    return jax.lax.fori_loop(0, groups, group_body, init)
 
 
 _STATIC = (
@@ -336,6 +388,7 @@ _STATIC = (
     "grad_fn",
     "strategy",
     "chunk",
+    "shards",
 )
 _train = jax.jit(_train_impl, static_argnames=_STATIC)
 _train_donated = jax.jit(_train_impl, static_argnames=_STATIC, donate_argnames=("state",))

@@ -111,9 +111,10 @@ def environment() -> dict[str, Any]:
 # --------------------------------------------------------------------------- one round
 def _step(alg, hp, state, key, ctx, test):
     """One round plus evaluation and records: the compiled unit of the runner."""
-    from pfedwn_jax.engine import evaluate
+    from pfedwn_jax.engine import constrain_slots, evaluate
 
     state = alg.round(state, key, ctx, hp)
+    state = constrain_slots(state, ctx.num_slots, ctx.shards)  # where it came in: one compile
     params = alg.eval_params(state, ctx, hp)
     metrics = evaluate(ctx.model, params, test, ctx.data_client)
     records = alg.records(state, ctx, hp) if alg.records is not None else {}
@@ -197,6 +198,7 @@ def run(
     checkpoint: str | Path | None = None,
     resume: bool = False,
     callback: ProgressCallback | None = None,
+    shards: int | None = None,
 ) -> Result:
     """Run every method of `config` on the same network and partition.
 
@@ -208,11 +210,15 @@ def run(
       callback: `callback(method, rounds_done, metrics)` after each round (after the
         checkpoint is written); `metrics` holds `target_accuracy`, `target_loss`,
         `client_accuracy [S]`. An exception from it stops the run (the checkpoint remains).
+      shards: devices the slots are split over (None: all devices of the default backend; on
+        a CPU call `pfedwn_jax.use_cpu_devices()` first to get one per core). Results do not
+        depend on it.
 
     Returns:
       The `Result` (also see `docs/experiments.md`).
     """
     from pfedwn_jax.algorithms import get_algorithm
+    from pfedwn_jax.engine import put_slots, replicate, resolve_shards
 
     if not isinstance(config, ExperimentConfig):
         raise ValueError(f"config must be an ExperimentConfig; got {type(config).__name__}")
@@ -228,6 +234,9 @@ def run(
     fed = build_federation(config)
     ctx = build_context(config, fed, data, model, build_optimizer(config))
     test = jax.tree_util.tree_map(jnp.asarray, data.test)
+    # Several devices (CPU cores via `use_cpu_devices`, GPUs): slots split, the rest replicated.
+    ctx = ctx._replace(shards=resolve_shards(shards, ctx.num_slots))
+    ctx, test = replicate((ctx, test), ctx.num_slots, ctx.shards)
     setup_s = time.perf_counter() - t_start
 
     done: dict[str, dict[str, Any]] = {}
@@ -275,6 +284,7 @@ def run(
             state = restore_state(state, current_leaves)
             entry = current_entry
             start = len(entry["target_accuracy"])
+        state = put_slots(state, ctx.num_slots, ctx.shards)
         t0 = time.perf_counter()
         compiled = step.lower(state, round_root, ctx, test).compile()
         entry["timings"]["compile_s"] += time.perf_counter() - t0

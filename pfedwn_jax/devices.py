@@ -1,0 +1,57 @@
+"""How many CPU devices JAX exposes: one per core lets the engine train clients in parallel.
+
+XLA:CPU runs a small model's batch-32 step on one core. JAX can present the host as several
+CPU devices (`jax_num_cpu_devices`); the engine then splits the client slots over them
+(`engine.sharding`) and the cores work at once. The setting must be made before JAX creates its
+backends, i.e. before the first JAX computation of the process.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import jax
+
+from pfedwn_jax._checks import check_int
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity where the OS reports it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def use_cpu_devices(count: int | None = None) -> int:
+    """Expose `count` CPU devices to JAX (default: one per usable core); returns the count in
+    effect.
+
+    Call it right after import, before any JAX computation. Left alone when the user already
+    chose (`JAX_NUM_CPU_DEVICES` or `--xla_force_host_platform_device_count` in `XLA_FLAGS`)
+    and `count` is None. If JAX's backends already exist it changes nothing (and warns if
+    `count` was given and differs from the devices in effect). Affects
+    only the CPU backend: on a GPU or TPU the engine splits slots over those devices.
+    """
+    explicit = count is not None
+    if count is not None:
+        count = check_int("count", count, 1)
+    elif "JAX_NUM_CPU_DEVICES" in os.environ or "xla_force_host_platform_device_count" in (
+        os.environ.get("XLA_FLAGS", "")
+    ):
+        return len(jax.devices("cpu"))
+    else:
+        count = usable_cores()
+    try:
+        jax.config.update("jax_num_cpu_devices", count)
+    except RuntimeError:
+        current = len(jax.devices("cpu"))
+        if explicit and current != count:
+            warnings.warn(
+                f"use_cpu_devices({count}) came after JAX started; keeping {current} CPU "
+                "device(s). Call it before the first JAX computation.",
+                stacklevel=2,
+            )
+        return current
+    return count

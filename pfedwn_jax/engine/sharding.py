@@ -1,0 +1,121 @@
+"""Splitting the slot axis over devices: each device trains its own block of slots.
+
+On a CPU, XLA runs one client's batch-32 steps on one core; exposing every core as a JAX
+device (`pfedwn_jax.use_cpu_devices`) and giving each device a block of slots runs the cores in
+parallel. On several GPUs or TPU cores the same code spreads the clients over the chips.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from pfedwn_jax._checks import check_int
+
+SLOT_AXIS = "slots"
+
+
+def resolve_shards(shards: int | None, num_slots: int) -> int:
+    """Number of blocks the slot axis is split into: `shards`, or every device when None.
+
+    Never more than the slots; one (no splitting) on a single-device backend.
+    """
+    available = jax.device_count()
+    if shards is None:
+        return max(1, min(available, num_slots))
+    shards = check_int("shards", shards, 1)
+    if shards > available:
+        raise ValueError(
+            f"shards={shards} exceeds the {available} {jax.default_backend()} device(s); "
+            f"allowed: 1..{available} (on a CPU, call pfedwn_jax.use_cpu_devices() first)"
+        )
+    return min(shards, num_slots)
+
+
+def slot_mesh(shards: int) -> Mesh:
+    """A one-axis mesh (`"slots"`) over the first `shards` devices of the default backend."""
+    return Mesh(np.asarray(jax.devices()[:shards]), (SLOT_AXIS,))
+
+
+def shard_slots(
+    fn: Callable[..., Any],
+    replicated: Sequence[Any],
+    per_slot: Sequence[Any],
+    num_slots: int,
+    shards: int,
+) -> Any:
+    """`fn(*replicated, *per_slot)` with every `per_slot` leaf's leading axis `[S]` split
+    into `shards` contiguous blocks, one per device, and the outputs (leading axis `[S]`)
+    joined back.
+
+    `fn` must treat slots independently (a slot's outputs depend only on its own inputs and
+    on `replicated`). S is padded with zero slots to a multiple of `shards`; the padding is
+    dropped from the outputs.
+    """
+    size = -(-num_slots // shards) * shards
+    pad = size - num_slots
+
+    def pad_leaf(a: jax.Array) -> jax.Array:
+        if pad == 0:
+            return a
+        return jnp.concatenate([a, jnp.zeros((pad, *a.shape[1:]), a.dtype)])
+
+    padded = jax.tree.map(pad_leaf, tuple(per_slot))
+    in_specs = (P(),) * len(replicated) + (P(SLOT_AXIS),) * len(per_slot)
+    out = jax.shard_map(
+        fn, mesh=slot_mesh(shards), in_specs=in_specs, out_specs=P(SLOT_AXIS), check_vma=False
+    )(*replicated, *padded)
+    return jax.tree.map(lambda a: a[:num_slots], out)
+
+
+def _slot_spec(leaf: Any, num_slots: int, shards: int) -> P:
+    shape = np.shape(leaf)
+    if len(shape) >= 1 and shape[0] == num_slots and num_slots % shards == 0:
+        return P(SLOT_AXIS)
+    return P()
+
+
+def put_slots(tree: Any, num_slots: int, shards: int | None = None) -> Any:
+    """Place `tree` for a run over `shards` devices (host side, before the jitted rounds).
+
+    Leaves with leading axis `[S]` are split over the devices when S is a multiple of the
+    shard count (each device keeps its own block of slots); every other leaf, and every leaf
+    when S is not a multiple, is replicated on all of them. A no-op for one shard.
+    """
+    shards = resolve_shards(shards, num_slots)
+    if shards == 1:
+        return tree
+    mesh = slot_mesh(shards)
+    return jax.tree.map(
+        lambda a: jax.device_put(a, NamedSharding(mesh, _slot_spec(a, num_slots, shards))), tree
+    )
+
+
+def replicate(tree: Any, num_slots: int, shards: int | None = None) -> Any:
+    """Place every leaf of `tree` on all the devices of the slot mesh (data, contexts)."""
+    shards = resolve_shards(shards, num_slots)
+    if shards == 1:
+        return tree
+    sharding = NamedSharding(slot_mesh(shards), P())
+    return jax.tree.map(lambda a: jax.device_put(a, sharding), tree)
+
+
+def constrain_slots(tree: Any, num_slots: int, shards: int | None = None) -> Any:
+    """Inside a jitted function: the placement of `put_slots`, so a program's state comes
+    out where it went in (one compile for every round)."""
+    shards = resolve_shards(shards, num_slots)
+    if shards == 1:
+        return tree
+    mesh = slot_mesh(shards)
+    return jax.tree.map(
+        lambda a: jax.lax.with_sharding_constraint(
+            a, NamedSharding(mesh, _slot_spec(a, num_slots, shards))
+        ),
+        tree,
+    )

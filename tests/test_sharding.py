@@ -1,0 +1,156 @@
+"""Slot sharding over devices: the same numbers as one device, placement, validation.
+
+The test session runs with two CPU devices (`tests/conftest.py`)."""
+
+from __future__ import annotations
+
+import warnings
+
+import jax
+import numpy as np
+import optax
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+from test_engine import COUNTS, B, M, assert_trees_close, assert_trees_equal, make_data
+
+from pfedwn_jax.devices import use_cpu_devices
+from pfedwn_jax.engine import (
+    init_client_state,
+    local_train,
+    put_slots,
+    replicate,
+    resolve_shards,
+)
+from pfedwn_jax.models import get_model
+
+pytestmark = pytest.mark.skipif(jax.device_count() < 2, reason="needs two devices")
+
+
+@pytest.fixture(scope="module")
+def model():
+    return get_model("mlp", 3, (4, 4, 1))
+
+
+@pytest.mark.parametrize("num_slots", [5, 6])  # padded to 6 / an exact split
+@pytest.mark.parametrize(("strategy", "chunk"), [("map", None), ("vmap", None), ("chunked", 2)])
+def test_two_shards_equal_one(model, num_slots, strategy, chunk):
+    """Momentum state, sample weights, aux (a prox loss), an inactive slot and per-slot keys:
+    splitting the slots over two devices changes no bit of the result with `map` (each slot
+    runs the same program); `vmap`/`chunked` batch a different number of slots per program,
+    which may move float32 rounding."""
+    data = make_data()
+    opt = optax.sgd(0.1, momentum=0.9)
+    dc = np.array([0, 1, 2, 3, 4, 0])[:num_slots]
+    state = init_client_state(model, opt, jax.random.key(0), num_slots, same_init=False)
+    anchor = init_client_state(model, opt, jax.random.key(1), num_slots, same_init=False).params
+    sw = np.random.default_rng(0).uniform(0.5, 1.5, (num_slots, M)).astype(np.float32)
+    active = np.ones(num_slots, bool)
+    active[1] = False
+
+    def grad_fn(params, x, y, w, aux_s, key):
+        noise = jax.random.normal(key)
+        loss, g = jax.value_and_grad(
+            lambda p: (
+                model.apply(p, x).sum() * 1e-3
+                + sum(
+                    ((a - b) ** 2).sum() for a, b in zip(jax.tree.leaves(p), jax.tree.leaves(aux_s))
+                )
+            )
+        )(params)
+        return loss + noise, jax.tree.map(lambda a: a + noise * 1e-3, g)
+
+    out = {}
+    for shards in (1, 2):
+        out[shards] = local_train(
+            model,
+            opt,
+            state,
+            data,
+            dc,
+            jax.random.key(2),
+            batch_size=B,
+            epochs=2,
+            grad_fn=grad_fn,
+            aux=anchor,
+            sample_weight=sw,
+            active=active,
+            strategy=strategy,
+            chunk_size=chunk,
+            shards=shards,
+        )
+    if strategy == "map":
+        assert_trees_equal(out[1], out[2])
+    else:
+        assert_trees_close(out[1], out[2], rtol=1e-6, atol=1e-7)
+    trains = (COUNTS[dc] > 0) & active  # slot 1 inactive, client 2 has no data
+    np.testing.assert_array_equal(np.asarray(out[2][1]["steps"]) > 0, trains)
+
+
+def test_placement_is_stable_across_calls(model):
+    """An even split keeps slot leaves sharded (each device one block) through local_train;
+    an odd slot count is replicated. Either way the output goes where the input was."""
+    data = replicate(make_data(), 4)
+    opt = optax.sgd(0.1)
+    for num_slots, spec in ((4, P("slots")), (3, P())):
+        state = put_slots(init_client_state(model, opt, jax.random.key(0), num_slots), num_slots)
+        for leaf in jax.tree.leaves(state):
+            assert isinstance(leaf.sharding, NamedSharding)
+            assert leaf.sharding.spec == spec
+        if spec == P("slots"):
+            shard_rows = {s.data.shape[0] for s in jax.tree.leaves(state)[0].addressable_shards}
+            assert shard_rows == {num_slots // 2}
+        dc = np.arange(num_slots)
+        new, _ = local_train(model, opt, state, data, dc, jax.random.key(1), batch_size=B)
+        for a, b in zip(jax.tree.leaves(new), jax.tree.leaves(state), strict=True):
+            assert a.sharding.is_equivalent_to(b.sharding, a.ndim)
+
+
+def test_resolve_shards_and_cpu_devices_errors():
+    assert resolve_shards(None, 7) == 2
+    assert resolve_shards(None, 1) == 1  # never more blocks than slots
+    assert resolve_shards(1, 7) == 1
+    with pytest.raises(
+        ValueError, match=r"shards=3 exceeds the 2 cpu device\(s\); allowed: 1\.\.2"
+    ):
+        resolve_shards(3, 7)
+    with pytest.raises(ValueError, match="shards"):
+        resolve_shards(0, 7)
+    # after JAX started: no change; a warning only when an explicit count differs
+    with pytest.warns(UserWarning, match=r"use_cpu_devices\(4\) came after JAX started"):
+        assert use_cpu_devices(4) == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert use_cpu_devices(2) == 2
+    with pytest.raises(ValueError, match="count"):
+        use_cpu_devices(0)
+
+
+@pytest.mark.parametrize(
+    ("mode", "neighbors", "algorithms"),
+    [  # 6 slots split evenly; 5 slots replicated
+        ("network", 5, ("fedavg", "pfedwn", "fedamp")),
+        ("single", 4, ("pfedwn",)),
+    ],
+)
+def test_runner_results_do_not_depend_on_shards(mode, neighbors, algorithms):
+    from pfedwn_jax.experiment import ExperimentConfig, run
+
+    cfg = ExperimentConfig(
+        model="logreg",
+        mode=mode,
+        num_neighbors=neighbors,
+        rounds=2,
+        batch_size=32,
+        lr=0.05,
+        algorithms=algorithms,
+        gamma_th=1.0,
+        eps=0.5,
+    )
+    one, two = (run(cfg, progress=False, shards=k) for k in (1, 2))
+    for name in cfg.method_names:
+        a, b = one.methods[name], two.methods[name]
+        np.testing.assert_allclose(a["client_accuracy"], b["client_accuracy"], atol=1e-6)
+        np.testing.assert_allclose(a["client_loss"], b["client_loss"], rtol=1e-5, atol=1e-6)
+        for key, rec in a["records"].items():
+            np.testing.assert_allclose(rec, b["records"][key], rtol=1e-4, atol=1e-5, err_msg=key)
