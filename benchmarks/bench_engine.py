@@ -322,6 +322,23 @@ def run_in_subprocess(model: str, clients: int, methods: list[str], args) -> dic
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def run_torch(model: str, clients: int, args) -> dict:
+    """The PyTorch per-client loop (`bench_torch_loop.py`) in `--torch-python`, right after
+    the JAX case on the same machine (not interleaved: it is another process)."""
+    script = Path(__file__).with_name("bench_torch_loop.py")
+    cmd = [args.torch_python, str(script), "--model", model, "--clients", str(clients)]
+    cmd += ["--repeats", str(args.repeats)]
+    try:
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=args.timeout, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return {"error": str(e)}
+    if proc.returncode != 0:
+        return {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def machine() -> dict:
     import jax
 
@@ -358,6 +375,12 @@ def main(argv: list[str] | None = None) -> int:
         help="CPU devices the engine shards clients over (default: one per core; 1 = off)",
     )
     p.add_argument("--timeout", type=float, default=1800, help="seconds per subprocess")
+    p.add_argument(
+        "--torch-python",
+        default=None,
+        help="an interpreter with torch: also run the PyTorch per-client loop "
+        "(bench_torch_loop.py) after each case",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object and nothing else")
     p.add_argument("--out", default=None, help="also write all results to this JSON file")
     p.add_argument("--case", action="store_true", help=argparse.SUPPRESS)
@@ -378,6 +401,8 @@ def main(argv: list[str] | None = None) -> int:
     for model in models:
         for n in clients:
             case = run_in_subprocess(model, n, methods, args)
+            if args.torch_python:
+                case["torch"] = run_torch(model, n, args)
             if args.json and len(models) == 1 and len(clients) == 1:
                 print(json.dumps(case))
                 return 0
@@ -417,6 +442,12 @@ def print_row(model: str, n: int, case: dict) -> None:
         ratio = (
             f" | engine/loop {eng['samples_per_s'] / loop['samples_per_s']:.2f}x, "
             f"engine/bigbatch {eng['samples_per_s'] / big['samples_per_s']:.2f}x"
+        )
+    torch_r = case.get("torch", {})
+    if "samples_per_s" in torch_r and "samples_per_s" in eng:
+        ratio += (
+            f" | torch loop {torch_r['samples_per_s']:,.0f}/s, "
+            f"engine/torch {eng['samples_per_s'] / torch_r['samples_per_s']:.2f}x"
         )
     rss = case.get("process_peak_rss_mib")
     print(

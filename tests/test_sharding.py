@@ -90,10 +90,11 @@ def test_two_shards_equal_one(model, num_slots, strategy, chunk):
 def test_placement_is_stable_across_calls(model):
     """An even split keeps slot leaves sharded (each device one block) through local_train;
     an odd slot count is replicated. Either way the output goes where the input was."""
-    data = replicate(make_data(), 4)
+    data = replicate(make_data(), 4, shards=2)
     opt = optax.sgd(0.1)
     for num_slots, spec in ((4, P("slots")), (3, P())):
-        state = put_slots(init_client_state(model, opt, jax.random.key(0), num_slots), num_slots)
+        state = init_client_state(model, opt, jax.random.key(0), num_slots)
+        state = put_slots(state, num_slots, shards=2)
         for leaf in jax.tree.leaves(state):
             assert isinstance(leaf.sharding, NamedSharding)
             assert leaf.sharding.spec == spec
@@ -101,15 +102,19 @@ def test_placement_is_stable_across_calls(model):
             shard_rows = {s.data.shape[0] for s in jax.tree.leaves(state)[0].addressable_shards}
             assert shard_rows == {num_slots // 2}
         dc = np.arange(num_slots)
-        new, _ = local_train(model, opt, state, data, dc, jax.random.key(1), batch_size=B)
+        new, _ = local_train(
+            model, opt, state, data, dc, jax.random.key(1), batch_size=B, shards=2
+        )
         for a, b in zip(jax.tree.leaves(new), jax.tree.leaves(state), strict=True):
             assert a.sharding.is_equivalent_to(b.sharding, a.ndim)
 
 
 def test_resolve_shards_and_cpu_devices_errors():
-    assert resolve_shards(None, 7) == 2
-    assert resolve_shards(None, 1) == 1  # never more blocks than slots
-    assert resolve_shards(1, 7) == 1
+    assert resolve_shards(None, 16) == 2  # 8 slots or more per device
+    assert resolve_shards(None, 15) == 1
+    assert resolve_shards(2, 15) == 2
+    assert resolve_shards(2, 1) == 1  # never more blocks than slots
+    assert resolve_shards(1, 70) == 1
     with pytest.raises(
         ValueError, match=r"shards=3 exceeds the 2 cpu device\(s\); allowed: 1\.\.2"
     ):
