@@ -63,7 +63,11 @@ def check_range(
 
 def check_int(name: str, value: Any, low: int | None = None, high: int | None = None) -> int:
     """Return `value` as int, raising `ValueError` unless it is an integer in [low, high]."""
-    if isinstance(value, bool) or not float(value).is_integer():
+    try:
+        integral = not isinstance(value, bool | str | bytes) and float(value).is_integer()
+    except (TypeError, ValueError):  # a tuple, a string, an array of several values...
+        integral = False
+    if not integral:
         raise ValueError(f"{name} must be an integer; got {value!r}")
     check_range(name, value, low, high)
     return int(value)

@@ -164,6 +164,8 @@ def test_get_model_validation_and_caching():
         get_model("cnn", 10, (12, 12, 1))
     with pytest.raises(ValueError, match="num_classes"):
         get_model("mlp", 1, (28, 28, 1))
+    with pytest.raises(ValueError, match=r"num_classes must be an integer; got \(28, 28, 1\)"):
+        get_model("mlp", (28, 28, 1), 10)  # arguments swapped
     with pytest.raises(ValueError, match="input_shape"):
         get_model("mlp", 10, (28, 28))
     assert get_model("mlp", 10, (28, 28, 1)) is get_model("mlp", 10, [28, 28, 1])

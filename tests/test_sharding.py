@@ -102,16 +102,14 @@ def test_placement_is_stable_across_calls(model):
             shard_rows = {s.data.shape[0] for s in jax.tree.leaves(state)[0].addressable_shards}
             assert shard_rows == {num_slots // 2}
         dc = np.arange(num_slots)
-        new, _ = local_train(
-            model, opt, state, data, dc, jax.random.key(1), batch_size=B, shards=2
-        )
+        new, _ = local_train(model, opt, state, data, dc, jax.random.key(1), batch_size=B, shards=2)
         for a, b in zip(jax.tree.leaves(new), jax.tree.leaves(state), strict=True):
             assert a.sharding.is_equivalent_to(b.sharding, a.ndim)
 
 
 def test_resolve_shards_and_cpu_devices_errors():
-    assert resolve_shards(None, 16) == 2  # 8 slots or more per device
-    assert resolve_shards(None, 15) == 1
+    assert resolve_shards(None, 8) == 2  # 4 slots or more per device
+    assert resolve_shards(None, 7) == 1
     assert resolve_shards(2, 15) == 2
     assert resolve_shards(2, 1) == 1  # never more blocks than slots
     assert resolve_shards(1, 70) == 1

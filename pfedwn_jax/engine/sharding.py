@@ -21,10 +21,10 @@ from pfedwn_jax._checks import check_int
 SLOT_AXIS = "slots"
 
 # `shards=None` splits only when every device gets at least this many slots. Below it the
-# extra compile time and the gathers cost more than the parallel steps save (measured: the
-# 4-slot MLP demo ran 34 s on one device against 39 s on two, while 10 MLP clients train
-# 1.25x faster on two).
-MIN_SLOTS_PER_SHARD = 8
+# extra compile time and the gathers cost more than the parallel steps save (measured on 2
+# cores: the 4-slot MLP demo ran 34 s on one device against 39 s on two, while a round of 10
+# MLP clients ran 1.7x faster on two).
+MIN_SLOTS_PER_SHARD = 4
 
 
 def resolve_shards(shards: int | None, num_slots: int) -> int:
