@@ -12,7 +12,8 @@ images, for the MLP and the CNN. Three executions of the same arithmetic, side b
 
 Each (model, N) case runs in its own subprocess; inside it the three methods are compiled, then
 their timed rounds are interleaved (engine, loop, bigbatch, engine, ...) so the machine's drift
-hits all alike. Reports samples/s (median of `--repeats` rounds after one warm-up), compile
+hits all alike. Reports samples/s (median of `--repeats` timings after one warm-up round; a
+timing spans enough rounds to last >= 1 s, so small cases are not timer noise), compile
 time, memory of the compiled program (arguments + outputs + temporaries, from XLA's
 `memory_analysis`; for the loop its largest per-client program) and the case's process peak
 RSS (`ru_maxrss`, which includes the ~N*600*784 bytes of client data).
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import resource
@@ -34,6 +36,7 @@ import time
 from pathlib import Path
 
 METHODS = ("engine", "loop", "bigbatch")
+MIN_TIMED_S = 1.0  # each timing covers at least this long (several rounds when N is small)
 DATA_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 BATCH = 32
 
@@ -271,17 +274,25 @@ def run_case(
         m: setup_method(model_name, num_clients, m, data, strategy, chunk_size) for m in methods
     }
     times: dict[str, list[float]] = {m: [] for m in methods}
-    for r in range(repeats + 1):
+    for m in methods:  # warm-up round
+        t0 = time.perf_counter()
+        cases[m]["run"](0)
+        times[m].append(time.perf_counter() - t0)
+    # short rounds (small N) are timed in batches of `inner` rounds of >= MIN_TIMED_S together
+    inner = {m: max(1, math.ceil(MIN_TIMED_S / max(times[m][0], 1e-6))) for m in methods}
+    for r in range(repeats):
         for m in methods:
             t0 = time.perf_counter()
-            cases[m]["run"](r)
-            times[m].append(time.perf_counter() - t0)
+            for i in range(inner[m]):
+                cases[m]["run"](1 + r * inner[m] + i)
+            times[m].append((time.perf_counter() - t0) / inner[m])
     result = {}
     for m in methods:
         res = {k: v for k, v in cases[m].items() if k != "run"}
         steady = sorted(times[m][1:])
         res["round_s"] = steady[len(steady) // 2]
         res["rounds_s"] = times[m]
+        res["rounds_per_timing"] = inner[m]
         res["samples_per_s"] = res["samples"] / res["round_s"]
         result[m] = res
     result["process_peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -18,7 +18,8 @@ from pfedwn_jax._checks import check_choice, check_int
 STRATEGIES = ("auto", "vmap", "map", "chunked")
 
 # Measured defaults (benchmarks/bench_engine.py): backend -> (strategy, chunk_size).
-# CPU: one slot at a time. On XLA:CPU vmapping slots brings no arithmetic gain (per-slot
+# CPU: one slot at a time per device (engine.sharding runs one device per core in parallel).
+# On XLA:CPU vmapping slots brings no arithmetic gain (per-slot
 # matmuls stay per-slot matmuls): with equal-size clients map, chunked and vmap ran at the same
 # speed for the MLP, and vmap/chunked were 10-25% slower for the CNN; with unequal clients
 # vmap also pays the largest client's step count. map skips each slot's own padded steps.
