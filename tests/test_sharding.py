@@ -157,3 +157,15 @@ def test_runner_results_do_not_depend_on_shards(mode, neighbors, algorithms):
         np.testing.assert_allclose(a["client_loss"], b["client_loss"], rtol=1e-5, atol=1e-6)
         for key, rec in a["records"].items():
             np.testing.assert_allclose(rec, b["records"][key], rtol=1e-4, atol=1e-5, err_msg=key)
+
+
+def test_balanced_order_evens_the_blocks():
+    from pfedwn_jax.engine.sharding import balanced_order
+
+    work = np.array([520, 406, 338, 208, 229, 86, 104, 72, 158, 500], np.float32)
+    order = np.asarray(balanced_order(jax.numpy.asarray(work), 2))
+    assert sorted(order.tolist()) == list(range(10))  # a permutation
+    blocks = work[order].reshape(2, 5).sum(1)
+    assert blocks.tolist() == [1277, 1344]  # contiguous blocks: 1701 / 920
+    three = np.asarray(balanced_order(jax.numpy.arange(12.0), 3))
+    assert np.ptp(np.arange(12.0)[three].reshape(3, 4).sum(1)) == 0  # snake: 22 / 22 / 22

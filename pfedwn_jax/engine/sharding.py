@@ -51,20 +51,39 @@ def slot_mesh(shards: int) -> Mesh:
     return Mesh(np.asarray(jax.devices()[:shards]), (SLOT_AXIS,))
 
 
+# Up to this many slots, `shard_slots` reorders the slots so the blocks carry equal work
+# (a gather of the slot state in and out); above it, contiguous blocks of random-size clients
+# are already balanced to a few percent and the copies would cost more.
+BALANCE_MAX_SLOTS = 256
+
+
+def balanced_order(work: jax.Array, shards: int) -> jax.Array:
+    """A permutation of the `[S']` slots (S' a multiple of `shards`) whose contiguous blocks
+    carry nearly equal `work`: slots by decreasing work dealt to the blocks in snake order
+    (0, 1, ..., D-1, D-1, ..., 0, 0, ...)."""
+    size = work.shape[0]
+    rounds = size // shards
+    order = jnp.argsort(-work, stable=True).astype(jnp.int32).reshape(rounds, shards)
+    order = jnp.where((jnp.arange(rounds) % 2 == 1)[:, None], order[:, ::-1], order)
+    return order.T.reshape(size)
+
+
 def shard_slots(
     fn: Callable[..., Any],
     replicated: Sequence[Any],
     per_slot: Sequence[Any],
     num_slots: int,
     shards: int,
+    work: jax.Array | None = None,
 ) -> Any:
     """`fn(*replicated, *per_slot)` with every `per_slot` leaf's leading axis `[S]` split
-    into `shards` contiguous blocks, one per device, and the outputs (leading axis `[S]`)
-    joined back.
+    into `shards` blocks, one per device, and the outputs (leading axis `[S]`) joined back.
 
     `fn` must treat slots independently (a slot's outputs depend only on its own inputs and
     on `replicated`). S is padded with zero slots to a multiple of `shards`; the padding is
-    dropped from the outputs.
+    dropped from the outputs. With `work [S]` (e.g. each slot's sample count) and at most
+    `BALANCE_MAX_SLOTS` slots, the slots are reordered so every block gets a similar share
+    of the work, and put back in order afterwards; otherwise the blocks are contiguous.
     """
     size = -(-num_slots // shards) * shards
     pad = size - num_slots
@@ -75,10 +94,17 @@ def shard_slots(
         return jnp.concatenate([a, jnp.zeros((pad, *a.shape[1:]), a.dtype)])
 
     padded = jax.tree.map(pad_leaf, tuple(per_slot))
+    order = None
+    if work is not None and num_slots <= BALANCE_MAX_SLOTS:
+        order = balanced_order(pad_leaf(jnp.asarray(work, jnp.float32)), shards)
+        padded = jax.tree.map(lambda a: a[order], padded)
     in_specs = (P(),) * len(replicated) + (P(SLOT_AXIS),) * len(per_slot)
     out = jax.shard_map(
         fn, mesh=slot_mesh(shards), in_specs=in_specs, out_specs=P(SLOT_AXIS), check_vma=False
     )(*replicated, *padded)
+    if order is not None:
+        inverse = jnp.argsort(order)
+        out = jax.tree.map(lambda a: a[inverse], out)
     return jax.tree.map(lambda a: a[:num_slots], out)
 
 

@@ -216,7 +216,9 @@ def _train_impl(
     if shards == 1:
         params, opt_state, loss_sum, n = run(*replicated, *per_slot)
     else:
-        params, opt_state, loss_sum, n = shard_slots(run, replicated, per_slot, num_slots, shards)
+        params, opt_state, loss_sum, n = shard_slots(
+            run, replicated, per_slot, num_slots, shards, work=count
+        )
 
     # Inactive slots had count 0, hence no valid step: their state is returned unchanged.
     new_state = ClientState(params, opt_state)
