@@ -107,6 +107,18 @@ def test_placement_is_stable_across_calls(model):
             assert a.sharding.is_equivalent_to(b.sharding, a.ndim)
 
 
+def test_state_pinned_to_one_device_is_a_clear_error(model):
+    data = make_data()
+    opt = optax.sgd(0.1)
+    state = jax.device_put(init_client_state(model, opt, jax.random.key(0), 4), jax.devices()[0])
+    dc = np.arange(4)
+    with pytest.raises(ValueError, match=r"state is placed on \[0\] but the slots are split"):
+        local_train(model, opt, state, data, dc, jax.random.key(1), batch_size=B, shards=2)
+    # the fix the message names works
+    fixed = put_slots(state, 4, shards=2)
+    local_train(model, opt, fixed, data, dc, jax.random.key(1), batch_size=B, shards=2)
+
+
 def test_resolve_shards_and_cpu_devices_errors():
     assert resolve_shards(None, 8) == 2  # 4 slots or more per device
     assert resolve_shards(None, 7) == 1

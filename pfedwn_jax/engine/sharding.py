@@ -46,6 +46,23 @@ def resolve_shards(shards: int | None, num_slots: int) -> int:
     return min(shards, num_slots)
 
 
+def check_placement(name: str, tree: Any, shards: int) -> None:
+    """Host-side: raise a `ValueError` if a concrete leaf of `tree` is pinned (committed) to
+    fewer devices than the `shards` it is about to be split over (JAX would fail deep inside
+    with "incompatible devices")."""
+    if shards == 1:
+        return
+    for leaf in jax.tree.leaves(tree):
+        concrete = isinstance(leaf, jax.Array) and not isinstance(leaf, jax.core.Tracer)
+        pinned = concrete and leaf.committed
+        if pinned and len(leaf.sharding.device_set) < shards:
+            raise ValueError(
+                f"{name} is placed on {sorted(d.id for d in leaf.sharding.device_set)} "
+                f"but the slots are split over {shards} devices; place it with "
+                "engine.put_slots / engine.replicate, or pass shards=1"
+            )
+
+
 def slot_mesh(shards: int) -> Mesh:
     """A one-axis mesh (`"slots"`) over the first `shards` devices of the default backend."""
     return Mesh(np.asarray(jax.devices()[:shards]), (SLOT_AXIS,))

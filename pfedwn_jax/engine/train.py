@@ -25,7 +25,12 @@ from pfedwn_jax.data.batching import steps_per_epoch
 from pfedwn_jax.data.client_data import ClientData
 from pfedwn_jax.engine.batches import slot_batches
 from pfedwn_jax.engine.losses import weighted_ce
-from pfedwn_jax.engine.sharding import constrain_slots, resolve_shards, shard_slots
+from pfedwn_jax.engine.sharding import (
+    check_placement,
+    constrain_slots,
+    resolve_shards,
+    shard_slots,
+)
 from pfedwn_jax.engine.state import ClientState
 from pfedwn_jax.engine.strategy import resolve_strategy
 from pfedwn_jax.models import Model, check_model_fits
@@ -126,6 +131,8 @@ def local_train(
         raise ValueError(f"active must have shape [S] = ({num_slots},); got {np.shape(active)}")
     strategy, chunk = resolve_strategy(strategy, chunk_size, num_slots)
     shards = resolve_shards(shards, num_slots)
+    check_placement("state", state, shards)
+    check_placement("data", data, shards)
 
     # Static steps per epoch: the largest slot's need when the counts are known on the host.
     if is_concrete(data.count) and is_concrete(data_client):
