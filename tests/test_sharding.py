@@ -181,3 +181,19 @@ def test_balanced_order_evens_the_blocks():
     assert blocks.tolist() == [1277, 1344]  # contiguous blocks: 1701 / 920
     three = np.asarray(balanced_order(jax.numpy.arange(12.0), 3))
     assert np.ptp(np.arange(12.0)[three].reshape(3, 4).sum(1)) == 0  # snake: 22 / 22 / 22
+
+
+def test_vmap_over_seeds_with_shards(model):
+    """Sweeps vmap whole training calls over seeds; the device split works under vmap."""
+    data = make_data()
+    opt = optax.sgd(0.1)
+    dc = np.array([0, 1, 2, 3, 4, 0, 1, 3])
+
+    def one(key, shards):
+        state = init_client_state(model, opt, key, len(dc))
+        return local_train(model, opt, state, data, dc, key, batch_size=B, shards=shards)[0]
+
+    keys = jax.random.split(jax.random.key(0), 3)
+    one_dev, two_dev = (jax.jit(jax.vmap(lambda k, s=s: one(k, s)))(keys) for s in (1, 2))
+    assert_trees_equal(one_dev, two_dev)
+    assert jax.tree.leaves(two_dev.params)[0].shape[:2] == (3, len(dc))
