@@ -1,0 +1,41 @@
+"""Results recorded before a refactor are still what the code gives (every method, both modes)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pfedwn_jax.experiment import ExperimentConfig, run
+
+GOLDEN = json.loads((Path(__file__).parent / "data" / "golden_results.json").read_text())
+KEYS = ("target_accuracy", "target_loss", "client_accuracy", "client_loss")
+
+
+@pytest.mark.parametrize("mode", sorted(GOLDEN))
+def test_results_equal_the_recorded_ones(mode):
+    golden = GOLDEN[mode]
+    got = run(ExperimentConfig.from_dict(golden["config"]), progress=False).to_dict()
+    for field in ("adjacency", "selected", "perr", "slot_client", "is_target"):
+        np.testing.assert_allclose(
+            np.asarray(got["network"][field], float),
+            np.asarray(golden["network"][field], float),
+            rtol=1e-6,
+            err_msg=field,
+        )
+    assert sorted(got["methods"]) == sorted(golden["methods"])
+    for name, want in golden["methods"].items():
+        have = got["methods"][name]
+        for key in KEYS:
+            np.testing.assert_allclose(
+                np.asarray(have[key]), np.asarray(want[key]), rtol=1e-5, atol=1e-6,
+                err_msg=f"{mode}/{name}/{key}",
+            )  # fmt: skip
+        assert sorted(have["records"]) == sorted(want["records"]), f"{mode}/{name}"
+        for rec, values in want["records"].items():
+            np.testing.assert_allclose(
+                np.asarray(have["records"][rec], float), np.asarray(values, float),
+                rtol=1e-5, atol=1e-6, err_msg=f"{mode}/{name}/records/{rec}",
+            )  # fmt: skip
