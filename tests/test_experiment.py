@@ -196,7 +196,7 @@ def test_random_target_is_reproducible_and_in_range():
 
 
 def test_atomic_write_leaves_old_file_on_failure(tmp_path):
-    from pfedwn_jax.experiment.io import atomic_open, atomic_write_text
+    from pfedwn_jax.io import atomic_open, atomic_write_text
 
     path = tmp_path / "results.json"
     atomic_write_text(path, "old")

@@ -1,34 +1,29 @@
-"""Fig. 7-style heatmap of class counts per client (matplotlib imported lazily, Agg backend)."""
+"""Fig. 7-style heatmap of class counts per client (matplotlib via `pfedwn_jax.plotting`)."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from pfedwn_jax.plotting import pyplot, save_figure
+
 
 def plot_label_heatmap(
     counts: np.ndarray, path: str | Path, title: str = "", client_labels: list[str] | None = None
-) -> Path:
+) -> Path | None:
     """Write a clients x labels heatmap of `counts [clients, classes]` to `path` (PNG/PDF/SVG).
 
-    Cells are annotated with counts when the grid is small enough to read. Needs matplotlib
-    (the `plot` extra); the file is written atomically.
+    Cells are annotated with counts when the grid is small enough to read. The file is written
+    atomically. Returns None (nothing written) without matplotlib (the `plot` extra).
     """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as e:
-        raise ValueError("plotting needs matplotlib: pip install 'pfedwn-jax[plot]'") from e
     counts = np.asarray(counts)
     if counts.ndim != 2:
         raise ValueError(f"counts must be [clients, classes]; got shape {counts.shape}")
+    plt = pyplot()
+    if plt is None:
+        return None
     clients, classes = counts.shape
-    path = Path(path)
     fig, ax = plt.subplots(figsize=(max(4.0, 0.5 * classes + 2), max(3.0, 0.35 * clients + 1.5)))
     try:
         im = ax.imshow(counts, aspect="auto", cmap="Blues")
@@ -48,15 +43,7 @@ def plot_label_heatmap(
         if title:
             ax.set_title(title)
         fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=path.suffix or ".png")
-        os.close(fd)
-        try:
-            fig.savefig(tmp, dpi=120)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-    finally:
+    except BaseException:
         plt.close(fig)
-    return path
+        raise
+    return save_figure(fig, path, dpi=120)

@@ -24,6 +24,7 @@ import jax
 import numpy as np
 
 from pfedwn_jax.experiment.config import ExperimentConfig
+from pfedwn_jax.wireless import ChannelParams, error_probability, place_uniform, select_neighbors
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,15 +78,9 @@ class Federation:
         return out
 
 
-def channel_params(config: ExperimentConfig) -> Any:
+def channel_params(config: ExperimentConfig) -> ChannelParams:
     """`ChannelParams` with the config's overrides (unknown fields name `channel`)."""
-    from pfedwn_jax.wireless import ChannelParams
-
-    names = (
-        {f.name for f in dataclasses.fields(ChannelParams)}
-        if dataclasses.is_dataclass(ChannelParams)
-        else set(getattr(ChannelParams, "_fields", ()))
-    )
+    names = {f.name for f in dataclasses.fields(ChannelParams)}
     unknown = sorted(set(config.channel) - names)
     if unknown:
         raise ValueError(
@@ -96,8 +91,6 @@ def channel_params(config: ExperimentConfig) -> Any:
 
 def place_nodes(config: ExperimentConfig) -> tuple[np.ndarray, np.ndarray, jax.Array]:
     """Placement from the topology seed: `(centre_xy [2], others_xy [n, 2], spare key)`."""
-    from pfedwn_jax.wireless import place_uniform
-
     key = jax.random.PRNGKey(config.topology_seed)
     k_place, k_spare = jax.random.split(key)
     centre, others = place_uniform(k_place, config.num_neighbors, channel_params(config))
@@ -113,8 +106,6 @@ def resolve_target(config: ExperimentConfig, key: jax.Array) -> int:
 
 def single_target_federation(config: ExperimentConfig) -> Federation:
     """The target plus its selected neighbors, fully connected (see module docstring)."""
-    from pfedwn_jax.wireless import error_probability, select_neighbors
-
     params = channel_params(config)
     centre, others_xy, key = place_nodes(config)
     target = resolve_target(config, key)
@@ -145,7 +136,7 @@ def single_target_federation(config: ExperimentConfig) -> Federation:
 def network_perr(
     positions: np.ndarray,
     gamma_th: float,
-    params: Any,
+    params: ChannelParams,
     moments: str,
     max_elements: int = 1 << 24,
 ) -> np.ndarray:
@@ -154,8 +145,6 @@ def network_perr(
     Diagonal is 0. Batched `error_probability` calls over chunks of targets; a target's
     interference terms take `[N-1, N-1]` floats, so chunks keep about `max_elements` in memory.
     """
-    from pfedwn_jax.wireless import error_probability
-
     n = positions.shape[0]
     # others[i] = every node but i, in increasing order: [N, N-1]
     others = np.array([[j for j in range(n) if j != i] for i in range(n)], dtype=np.int64)
@@ -172,8 +161,6 @@ def network_perr(
 
 def network_federation(config: ExperimentConfig) -> Federation:
     """Every client a target with its own selected neighbors (see module docstring)."""
-    from pfedwn_jax.wireless import select_neighbors
-
     params = channel_params(config)
     centre, others_xy, _ = place_nodes(config)
     positions = np.concatenate([centre[None], others_xy], axis=0)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pfedwn_jax.experiment.io import atomic_write_with
 from pfedwn_jax.experiment.results import Result
+from pfedwn_jax.plotting import pyplot, save_figure
 
 
 def _pct(x: float | None) -> str:
@@ -50,12 +50,8 @@ def format_table(result: Result) -> str:
 
 def plot_learning_curves(result: Result, path: str | Path) -> Path | None:
     """Target test accuracy vs round for every method, as a PNG (None without matplotlib)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return None
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
     for name in result.methods:
@@ -68,10 +64,7 @@ def plot_learning_curves(result: Result, path: str | Path) -> Path | None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    path = Path(path)
-    atomic_write_with(path, lambda f: fig.savefig(f, format="png"))
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def case_label(result: Result) -> str:
@@ -147,15 +140,8 @@ def plot_pi_history(
     if "pi" not in records or "pi_trace" not in records:
         return None
     targets = pi_targets(result, method, max_targets)
-    if not targets:
-        return None
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.ticker import MaxNLocator
-    except ImportError:
+    plt = pyplot()
+    if not targets or plt is None:
         return None
     pi = result.records(method, "pi")  # [R, S, S]
     trace = result.records(method, "pi_trace")  # [R, K, S, S]
@@ -181,7 +167,7 @@ def plot_pi_history(
         row[0].set_xlabel(f"EM step (estimate of round {first + 1})")
         row[1].set_xlabel("communication round")
         row[1].set_xlim(0.5, len(rounds) + 0.5)
-        row[1].xaxis.set_major_locator(MaxNLocator(integer=True))
+        row[1].xaxis.set_major_locator(plt.MaxNLocator(integer=True))
         for ax in row:
             ax.set_ylabel(f"pi (target {clients[i]})")
             ax.set_ylim(-0.02, 1.02)
@@ -189,7 +175,4 @@ def plot_pi_history(
         row[1].legend(fontsize=7, loc="best")
     fig.suptitle("pFedWN aggregation weights (paper Fig. 8)", fontsize=9)
     fig.tight_layout()
-    path = Path(path)
-    atomic_write_with(path, lambda f: fig.savefig(f, format="png"))
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

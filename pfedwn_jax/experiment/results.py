@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from pfedwn_jax.experiment.config import ExperimentConfig
-from pfedwn_jax.experiment.io import atomic_write_json
+from pfedwn_jax.io import atomic_write_json
 
 SCHEMA = "pfedwn-results/1"
 
