@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
@@ -92,3 +93,41 @@ def test_missing_config_file_is_an_error(tmp_path, capsys):
     rc = main(["run", "--config", str(tmp_path / "nope.toml"), "--out", str(tmp_path / "o")])
     assert rc == 2
     assert "nope.toml" in capsys.readouterr().err
+
+
+def _run_args(*argv):
+    from pfedwn_jax.cli import build_parser
+
+    return build_parser().parse_args(["run", *argv])
+
+
+def test_every_config_field_has_a_flag():
+    from pfedwn_jax.cli import build_parser
+    from pfedwn_jax.experiment import ExperimentConfig
+
+    parser = build_parser()
+    run_parser = next(
+        a for a in parser._actions if isinstance(a, argparse._SubParsersAction)
+    ).choices["run"]
+    flags = {a.dest: a.option_strings for a in run_parser._actions}
+    for name in ExperimentConfig.field_names():
+        assert flags.get(name) == ["--" + name.replace("_", "-")], name
+        assert run_parser._option_string_actions[flags[name][0]].help, name
+
+
+def test_table_flags_merge_into_the_config_file(tmp_path):
+    from pfedwn_jax.cli.run import config_from_args
+
+    cfg = tmp_path / "exp.toml"
+    cfg.write_text(TOML)
+    args = _run_args(
+        "--config", str(cfg), "--momentum", "0.5", "--data-seed", "3",
+        "--hparams", "fedprox.mu=0.2", "--hparams", "pfedwn.em_steps=2",
+        "--channel", "num_subchannels=20",
+    )  # fmt: skip
+    config = config_from_args(args)
+    assert config.momentum == 0.5 and config.data_seed == 3 and config.rounds == 2
+    assert config.hparams == {"fedprox": {"mu": 0.2}, "pfedwn": {"em_steps": 2}}
+    assert config.channel == {"num_subchannels": 20}
+    with pytest.raises(ValueError, match="hparams"):
+        config_from_args(_run_args("--hparams", "fedprox.mu"))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -38,3 +40,14 @@ def test_list_and_clean_errors(tmp_path, capsys):
     assert main(["data", "show", "--dataset", "mnist", "--data-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "pfedwn data prepare mnist" in err and str(tmp_path) in err
+
+
+def test_plot_without_matplotlib_is_skipped_with_a_note(tmp_path, capsys, monkeypatch):
+    from pfedwn_jax.plotting import MISSING, pyplot
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now fails
+    assert pyplot() is None
+    plot = tmp_path / "dist.png"
+    assert main(["data", "show", "--clients", "4", "--plot", str(plot)]) == 0
+    assert MISSING in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())

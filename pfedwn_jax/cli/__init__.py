@@ -7,11 +7,13 @@ Each subcommand lives in its own module exposing `add_parser(subparsers)`; the p
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 
-# subcommand name -> module under pfedwn_jax.cli
-SUBCOMMANDS = {"neighbors": "neighbors", "data": "data", "run": "run"}
+from pfedwn_jax.cli import data, neighbors, run
+from pfedwn_jax.devices import use_cpu_devices
+
+# the subcommand modules, in the order `pfedwn --help` lists them
+SUBCOMMANDS = (neighbors, data, run)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,14 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: one per core; 1 turns it off)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in SUBCOMMANDS.values():
-        try:
-            mod = importlib.import_module(f"pfedwn_jax.cli.{module}")
-        except ModuleNotFoundError as e:  # a subcommand not yet built
-            if e.name != f"pfedwn_jax.cli.{module}":
-                raise
-            continue
-        mod.add_parser(sub)
+    for module in SUBCOMMANDS:
+        module.add_parser(sub)
     return parser
 
 
@@ -44,8 +40,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.cpu_devices is not None and args.cpu_devices < 1:
         parser.error(f"--cpu-devices must be >= 1; got {args.cpu_devices}")
-    from pfedwn_jax.devices import use_cpu_devices
-
     use_cpu_devices(args.cpu_devices)  # before this process's first JAX computation
     try:
         return int(args.func(args) or 0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 import numpy as np
 
@@ -21,6 +22,8 @@ from pfedwn_jax.data import (
     memory_report,
     prepare_tfds,
 )
+from pfedwn_jax.data.plot import plot_label_heatmap
+from pfedwn_jax.plotting import MISSING
 
 
 def format_table(counts: np.ndarray, train: np.ndarray, test: np.ndarray) -> str:
@@ -63,10 +66,12 @@ def cmd_show(args: argparse.Namespace) -> int:
             sizes = ", ".join(f"{len(ids)}x{b.max_samples}" for ids, b in buckets)
             print(f"  with {len(buckets)} buckets ({sizes}): {format_bytes(total)}")
     if args.plot:
-        from pfedwn_jax.data.plot import plot_label_heatmap
-
         title = f"{fed.name}, {args.scheme} (alpha={args.alpha}), seed {args.seed}"
-        print(f"wrote {plot_label_heatmap(counts, args.plot, title=title)}")
+        png = plot_label_heatmap(counts, args.plot, title=title)
+        if png is None:
+            print(MISSING, file=sys.stderr)
+        else:
+            print(f"wrote {png}")
     return 0
 
 

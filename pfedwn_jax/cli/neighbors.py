@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import tempfile
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from pfedwn_jax._checks import check_int
+from pfedwn_jax.io import atomic_write_json
+from pfedwn_jax.plotting import MISSING, pyplot, save_figure
 from pfedwn_jax.wireless import (
     MOMENT_MODES,
     ChannelParams,
@@ -70,13 +70,14 @@ def plot_heatmap(
     eps: float,
     params: ChannelParams,
     moments: str,
-) -> None:
-    """Positions coloured by P_err over a probe-neighbor P_err field; selected ones ringed."""
-    import matplotlib
+) -> Path | None:
+    """Positions coloured by P_err over a probe-neighbor P_err field; selected ones ringed.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    Returns the path, or None (nothing written) without matplotlib.
+    """
+    plt = pyplot()
+    if plt is None:
+        return None
     axis, field = probe_field(target, neighbors, gamma_th, params, moments)
     fig, ax = plt.subplots(figsize=(6.4, 5.4))
     im = ax.pcolormesh(
@@ -136,11 +137,7 @@ def plot_heatmap(
     ax.set_aspect("equal")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.11), ncol=2, fontsize=8)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".png", delete=False) as f:
-        fig.savefig(f, dpi=120)
-    plt.close(fig)
-    os.replace(f.name, path)
+    return save_figure(fig, path, dpi=120)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -175,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
         )
     print(f"selected {int(np.sum(chosen))} of {n}: {[r['id'] for r in rows if r['selected']]}")
     if args.json is not None:
-        _write_json(
+        atomic_write_json(
             args.json,
             {
                 "target": [float(v) for v in target],
@@ -186,9 +183,11 @@ def run(args: argparse.Namespace) -> int:
                 "params": params.to_dict(),
                 "neighbors": rows,
             },
+            indent=2,
         )
+        print(f"wrote {args.json}")
     if args.plot is not None:
-        plot_heatmap(
+        png = plot_heatmap(
             args.plot,
             target,
             neighbors,
@@ -199,13 +198,8 @@ def run(args: argparse.Namespace) -> int:
             params,
             args.moments,
         )
-        print(f"wrote {args.plot}")
+        if png is None:
+            print(MISSING, file=sys.stderr)
+        else:
+            print(f"wrote {png}")
     return 0
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".json", delete=False) as f:
-        json.dump(obj, f, indent=2)
-    os.replace(f.name, path)
-    print(f"wrote {path}")

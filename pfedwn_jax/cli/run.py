@@ -14,34 +14,38 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import inspect
+import re
 import sys
+import tomllib
+import types
+import typing
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-# flag -> (config field, type, help)
-FLAGS: dict[str, tuple[str, Any, str]] = {
-    "--dataset": (
-        "dataset",
-        str,
-        "dataset name(s), comma-separated for several columns (default: the embedded MNIST subset)",
-    ),
-    "--data-dir": ("data_dir", str, "TFDS data directory"),
-    "--partition": ("partition", str, "partition scheme (default: paper)"),
-    "--model": ("model", str, "cnn, resnet18, mlp or logreg"),
-    "--algorithms": ("algorithms", str, "comma-separated methods (default: all registered)"),
-    "--rounds": ("rounds", int, "communication rounds"),
-    "--local-epochs": ("local_epochs", int, "local epochs per round"),
-    "--batch-size": ("batch_size", int, "local batch size"),
-    "--lr": ("lr", float, "SGD learning rate"),
-    "--seed": ("seed", int, "seed of initialisation, batches and partition"),
-    "--mode": ("mode", str, "single (one target, the paper) or network (every client)"),
-    "--num-neighbors": ("num_neighbors", int, "neighbors around the target"),
-    "--gamma-th": ("gamma_th", str, "SINR threshold(s), comma-separated for several cases"),
-    "--eps": ("eps", float, "P_err selection threshold"),
-    "--moments": ("moments", str, "moment mode of the error probability"),
-    "--topology-seed": ("topology_seed", int, "seed of the node placement"),
-    "--target": ("target", str, "target data client index or 'random' (one per case)"),
+from pfedwn_jax.experiment import (
+    ExperimentConfig,
+    Result,
+    format_table,
+    format_table_cases,
+    plot_learning_curves,
+    plot_pi_history,
+    run,
+)
+from pfedwn_jax.io import atomic_write_json, atomic_write_text
+from pfedwn_jax.plotting import MISSING
+
+# Fields whose flag takes a comma-separated list: each value is its own case (see above).
+CASE_FIELDS = {
+    "dataset": "comma-separated for several columns",
+    "gamma_th": "comma-separated for several cases",
+    "target": "one value, or one per case",
 }
+# Mapping fields: each flag is one TOML `key = value` line, e.g. `--hparams fedprox.mu=0.1`.
+TABLE_HELP = "a TOML entry such as %s; repeat the flag for more (merged into --config's table)"
+TABLE_EXAMPLES = {"hparams": "fedprox.mu=0.1", "channel": "num_subchannels=20"}
 
 RESULTS = "results.json"
 CURVE = "learning_curve.png"
@@ -59,12 +63,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--config", type=Path, help="TOML file of ExperimentConfig fields")
-    defaults = _config_defaults()
-    for flag, (field, typ, text) in FLAGS.items():
-        shown = defaults.get(field)
-        if shown is not None and "default" not in text:
-            text = f"{text} (default: {shown})"
-        p.add_argument(flag, dest=field, type=typ, default=None, help=text)
+    add_config_flags(p)
     p.add_argument(
         "--out",
         type=Path,
@@ -81,27 +80,91 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=main)
 
 
-def _config_defaults() -> dict[str, Any]:
-    import dataclasses
+# --------------------------------------------------------------------------- config flags
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per `ExperimentConfig` field: `--field-name`, typed from its annotation.
 
-    from pfedwn_jax.experiment.config import ExperimentConfig
+    Help comes from the field's entry in the class docstring. Every default is None (unset),
+    so only the flags given override the defaults and `--config`.
+    """
+    hints = typing.get_type_hints(ExperimentConfig)
+    helps = field_docs(ExperimentConfig)
+    for field in dataclasses.fields(ExperimentConfig):
+        name, kind = field.name, flag_type(field.name, hints[field.name])
+        notes = [helps.get(name, name.replace("_", " ")).rstrip(".")]
+        if name in CASE_FIELDS:
+            notes.append(CASE_FIELDS[name])
+        if kind is None:
+            notes.append(TABLE_HELP % TABLE_EXAMPLES.get(name, "key=value"))
+        if field.default not in (None, (), dataclasses.MISSING) and "default" not in notes[0]:
+            notes.append(f"default: {field.default}")
+        text = "; ".join(notes).replace("%", "%%")  # argparse %-formats help
+        if kind is None:  # a mapping: TOML entries, repeatable
+            parser.add_argument(
+                flag(name), dest=name, action="append", metavar="KEY=VALUE", help=text
+            )
+        else:
+            parser.add_argument(flag(name), dest=name, type=kind, default=None, help=text)
 
-    return {
-        f.name: f.default
-        for f in dataclasses.fields(ExperimentConfig)
-        if f.default is not dataclasses.MISSING
-    }
+
+def flag(field: str) -> str:
+    """The flag of config field `field`: `batch_size` -> `--batch-size`."""
+    return "--" + field.replace("_", "-")
 
 
-def config_from_args(args: argparse.Namespace):
+def field_docs(cls: type) -> dict[str, str]:
+    """`field -> text` from the `  name: text` entries of `cls`'s docstring (lines joined)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    docs: dict[str, str] = {}
+    current = None
+    for line in (inspect.getdoc(cls) or "").splitlines():
+        entry = re.match(r"^  (\w+): (.*)$", line)
+        if entry and entry.group(1) in names:
+            current = entry.group(1)
+            docs[current] = entry.group(2).strip()
+        elif current is not None and line.startswith("    "):
+            docs[current] += " " + line.strip()
+        else:
+            current = None
+    return docs
+
+
+def flag_type(name: str, hint: Any) -> Callable[[str], Any] | None:
+    """The argparse `type` of a field's flag (None: a mapping, given as TOML entries)."""
+    origin = typing.get_origin(hint)
+    if name in CASE_FIELDS or origin is tuple:
+        return str  # comma-separated; split into cases here or by `ExperimentConfig`
+    if origin in (types.UnionType, typing.Union):
+        kinds = [k for k in typing.get_args(hint) if k is not type(None)]
+        if len(kinds) == 1:
+            return flag_type(name, kinds[0])
+    if hint is bool:
+        return _boolean
+    if hint in (int, float, str):
+        return hint
+    if origin is not None and issubclass(origin, Mapping):
+        return None
+    raise TypeError(f"ExperimentConfig.{name}: no command-line flag type for {hint!r}")
+
+
+def _boolean(text: str) -> bool:
+    if text.lower() in ("true", "1", "yes"):
+        return True
+    if text.lower() in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false; got {text!r}")
+
+
+def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
     """`ExperimentConfig` from defaults, `--config` and the flags (flags win)."""
-    from pfedwn_jax.experiment import ExperimentConfig
-
     overrides: dict[str, Any] = {}
-    for field, _, _ in FLAGS.values():
-        value = getattr(args, field, None)
-        if value is not None:
-            overrides[field] = value
+    tables: dict[str, dict[str, Any]] = {}
+    for name in ExperimentConfig.field_names():
+        value = getattr(args, name, None)
+        if isinstance(value, list):
+            tables[name] = _table(name, value)
+        elif value is not None:
+            overrides[name] = value
     if isinstance(overrides.get("gamma_th"), str):
         overrides["gamma_th"] = _number("gamma_th", overrides["gamma_th"])
     target = overrides.get("target")
@@ -110,9 +173,35 @@ def config_from_args(args: argparse.Namespace):
             overrides["target"] = int(target)
         except ValueError:
             raise ValueError(f"target must be an integer or 'random'; got {target!r}") from None
-    if args.config is not None:
-        return ExperimentConfig.from_toml(args.config, **overrides)
-    return ExperimentConfig(**overrides)
+    if args.config is None:
+        return ExperimentConfig(**overrides, **tables)
+    config = ExperimentConfig.from_toml(args.config, **overrides)
+    if not tables:
+        return config
+    return config.replace(**{k: _merge(getattr(config, k), v) for k, v in tables.items()})
+
+
+def _table(name: str, entries: list[str]) -> dict[str, Any]:
+    """The `--name KEY=VALUE` entries as one nested dict (TOML syntax, dotted keys)."""
+    out: dict[str, Any] = {}
+    for entry in entries:
+        try:
+            out = _merge(out, tomllib.loads(entry))
+        except tomllib.TOMLDecodeError as e:
+            raise ValueError(
+                f"{name}: {entry!r} is not a TOML entry like {TABLE_EXAMPLES.get(name)!r}: {e}"
+            ) from None
+    return out
+
+
+def _merge(base: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """`base` updated with `new`, nested mappings merged key by key."""
+    out = dict(base)
+    for key, value in new.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            value = _merge(out[key], value)
+        out[key] = value
+    return out
 
 
 def _number(name: str, text: str) -> float:
@@ -130,7 +219,7 @@ def _split(value: Any) -> list[Any]:
     return items or [None]
 
 
-def configs_from_args(args: argparse.Namespace) -> list:
+def configs_from_args(args: argparse.Namespace) -> list[ExperimentConfig]:
     """One `ExperimentConfig` per (case, dataset): cases are the zipped `--gamma-th` and
     `--target` lists (a single value is used for every case), in paper Table II order."""
     datasets = _split(getattr(args, "dataset", None))
@@ -153,10 +242,10 @@ def configs_from_args(args: argparse.Namespace) -> list:
     return configs
 
 
-def _run_one(config: Any, out: Path, args: argparse.Namespace) -> tuple[Any, list[Path]]:
+def _run_one(
+    config: ExperimentConfig, out: Path, args: argparse.Namespace
+) -> tuple[Result, list[Path]]:
     """Run one experiment into `out`: results JSON, learning curve and pi plot."""
-    from pfedwn_jax.experiment import plot_learning_curves, plot_pi_history, run
-
     out.mkdir(parents=True, exist_ok=True)
     checkpoint = out / CHECKPOINT
     if checkpoint.exists() and not args.resume:
@@ -177,7 +266,7 @@ def _run_one(config: Any, out: Path, args: argparse.Namespace) -> tuple[Any, lis
     if not args.no_plot:
         png = plot_learning_curves(result, out / CURVE)
         if png is None:
-            print("(matplotlib not installed: no plots)", file=sys.stderr)
+            print(MISSING, file=sys.stderr)
         else:
             written.append(png)
             pi_png = plot_pi_history(result, out / PI_PLOT)
@@ -186,16 +275,13 @@ def _run_one(config: Any, out: Path, args: argparse.Namespace) -> tuple[Any, lis
     return result, written
 
 
-def _case_dir(k: int, config: Any, several_cases: bool) -> str:
+def _case_dir(k: int, config: ExperimentConfig, several_cases: bool) -> str:
     name = config.dataset or "default"
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
     return f"case{k + 1}_{safe}" if several_cases else safe
 
 
 def main(args: argparse.Namespace) -> int:
-    from pfedwn_jax.experiment import format_table, format_table_cases
-    from pfedwn_jax.experiment.io import atomic_write_json, atomic_write_text
-
     configs = configs_from_args(args)
     out: Path = args.out
     if len(configs) == 1:
