@@ -15,16 +15,14 @@ timed --best-of times and keeps its fastest; the speed-up is the median over rou
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import tempfile
 import time
-from pathlib import Path
 
 import jax
 import numpy as np
 
+from pfedwn_jax.io import atomic_write_json
 from pfedwn_jax.wireless import ChannelParams, error_probability
 from pfedwn_jax.wireless.reference import QUAD_OPTS, link_integral, link_statistics
 
@@ -155,11 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['dtype']:8} {r['links']:>8} {r['seconds_best']:>8.4f} "
             f"{r['links_per_s']:>12,.0f} {rng:>25} {r['max_abs_diff_vs_scipy']:>10.1e}"
         )
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=out.parent, delete=False, suffix=".tmp") as f:
-        json.dump(result, f, indent=2)
-    os.replace(f.name, out)
+    out = atomic_write_json(args.out, result, indent=2)
     print(f"wrote {out}")
     return 0
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from pfedwn_jax.io import atomic_write_with
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / ".." / "shared" / "data" / "mnist.npz"
@@ -66,15 +66,7 @@ def main() -> None:
         f"MNIST (Y. LeCun, C. Cortes, C. Burges): first {NUM_TRAIN} train and first "
         f"{NUM_TEST} test images of mnist.npz (sha256 {digest})"
     )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=args.out.parent, suffix=".npz")
-    os.close(fd)
-    try:
-        np.savez_compressed(tmp, **arrays)
-        os.replace(tmp, args.out)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    atomic_write_with(args.out, lambda f: np.savez_compressed(f, **arrays))
     print(f"wrote {args.out} ({args.out.stat().st_size / 1e6:.2f} MB)")
     for split in ("train", "test"):
         print(split, np.bincount(arrays[f"y_{split}"], minlength=10).tolist())

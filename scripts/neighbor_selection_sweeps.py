@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import os
-import tempfile
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from pfedwn_jax.io import atomic_write_json
+from pfedwn_jax.plotting import MISSING, pyplot, save_figure
 from pfedwn_jax.wireless import (
     MOMENT_MODES,
     ChannelParams,
@@ -103,11 +103,11 @@ def fig6_grid(key: Any, draws: int, moments: str) -> dict[str, Any]:
 
 
 def plot(out: Path, fig5: dict[str, Any], fig6: dict[str, Any], moments: str) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """Fig. 5 and Fig. 6 as PNGs in `out` (none without matplotlib)."""
+    plt = pyplot()
+    if plt is None:
+        print(MISSING, file=sys.stderr)
+        return []
     paths = []
     f_grid, d_grid = np.meshgrid(
         fig5["num_subchannels"], np.asarray(fig5["density_per_m2"]) * 1e3, indexing="ij"
@@ -129,8 +129,7 @@ def plot(out: Path, fig5: dict[str, Any], fig6: dict[str, Any], moments: str) ->
         f"moments={moments})"
     )
     fig.tight_layout()
-    paths.append(_save(fig, out / "fig5_subchannels_density.png"))
-    plt.close(fig)
+    paths.append(save_figure(fig, out / "fig5_subchannels_density.png", dpi=110))
 
     m = np.asarray(fig6["mean_selected"])
     gammas, eps = fig6["gamma_th"], fig6["eps"]
@@ -150,16 +149,8 @@ def plot(out: Path, fig5: dict[str, Any], fig6: dict[str, Any], moments: str) ->
         f"Fig. 6: selected vs available neighbors ({fig6['draws']} draws, moments={moments})"
     )
     fig.tight_layout()
-    paths.append(_save(fig, out / "fig6_selected_vs_neighbors.png"))
-    plt.close(fig)
+    paths.append(save_figure(fig, out / "fig6_selected_vs_neighbors.png", dpi=110))
     return paths
-
-
-def _save(fig: Any, path: Path) -> Path:
-    with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".png", delete=False) as f:
-        fig.savefig(f, dpi=110)
-    os.replace(f.name, path)
-    return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -191,9 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         "params": ChannelParams().to_dict(),
     }
     path = args.out / "neighbor_selection_sweeps.json"
-    with tempfile.NamedTemporaryFile("w", dir=args.out, suffix=".json", delete=False) as f:
-        json.dump(result, f, indent=1)
-    os.replace(f.name, path)
+    atomic_write_json(path, result)
     print(f"Fig. 5 grid ({links5:,} padded links, incl. compilation): {t5:.1f} s")
     print(f"Fig. 6 grid: {t6:.1f} s")
     sel = np.asarray(fig5["mean_selected"])
