@@ -7,7 +7,9 @@ import json
 
 import pytest
 
-from pfedwn_jax.cli import main
+from pfedwn_jax.cli import build_parser, main
+from pfedwn_jax.cli.run import config_from_args
+from pfedwn_jax.experiment import ExperimentConfig
 
 TOML = """
 model = "logreg"
@@ -96,15 +98,10 @@ def test_missing_config_file_is_an_error(tmp_path, capsys):
 
 
 def _run_args(*argv):
-    from pfedwn_jax.cli import build_parser
-
     return build_parser().parse_args(["run", *argv])
 
 
 def test_every_config_field_has_a_flag():
-    from pfedwn_jax.cli import build_parser
-    from pfedwn_jax.experiment import ExperimentConfig
-
     parser = build_parser()
     run_parser = next(
         a for a in parser._actions if isinstance(a, argparse._SubParsersAction)
@@ -116,8 +113,6 @@ def test_every_config_field_has_a_flag():
 
 
 def test_table_flags_merge_into_the_config_file(tmp_path):
-    from pfedwn_jax.cli.run import config_from_args
-
     cfg = tmp_path / "exp.toml"
     cfg.write_text(TOML)
     args = _run_args(

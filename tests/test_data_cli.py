@@ -9,6 +9,7 @@ import pytest
 
 from pfedwn_jax.cli import main
 from pfedwn_jax.data import client_label_counts, load_dataset, make_federated
+from pfedwn_jax.plotting import MISSING, pyplot
 
 
 def test_show_prints_the_table_memory_and_plot(tmp_path, capsys):
@@ -43,8 +44,6 @@ def test_list_and_clean_errors(tmp_path, capsys):
 
 
 def test_plot_without_matplotlib_is_skipped_with_a_note(tmp_path, capsys, monkeypatch):
-    from pfedwn_jax.plotting import MISSING, pyplot
-
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now fails
     assert pyplot() is None
     plot = tmp_path / "dist.png"

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import jax
 import numpy as np
 import pytest
 
+import pfedwn_jax
+from pfedwn_jax import experiment
 from pfedwn_jax.experiment import ExperimentConfig, Result, build_federation, run
 from pfedwn_jax.experiment import runner as runner_mod
 from pfedwn_jax.experiment.federation import network_perr
+from pfedwn_jax.io import atomic_open, atomic_write_text
 
 # tiny and fast: logistic regression, 4 clients, 3 rounds
 TINY = dict(
@@ -196,8 +201,6 @@ def test_random_target_is_reproducible_and_in_range():
 
 
 def test_atomic_write_leaves_old_file_on_failure(tmp_path):
-    from pfedwn_jax.io import atomic_open, atomic_write_text
-
     path = tmp_path / "results.json"
     atomic_write_text(path, "old")
     with pytest.raises(RuntimeError), atomic_open(path) as f:
@@ -213,3 +216,14 @@ def test_no_selected_neighbor_leaves_the_target_alone():
     assert not fed.selected.any()
     assert fed.data_client.tolist() == [2]
     assert fed.adjacency.tolist() == [[True]] and fed.is_target.tolist() == [True]
+
+
+def test_package_root_exports_the_api_lazily():
+    assert pfedwn_jax.run is experiment.run
+    assert pfedwn_jax.ExperimentConfig is ExperimentConfig and pfedwn_jax.Result is Result
+    assert {"run", "ExperimentConfig", "Result", "use_cpu_devices"} <= set(pfedwn_jax.__all__)
+    with pytest.raises(AttributeError, match="no_such_name"):
+        pfedwn_jax.no_such_name
+    code = "import sys, pfedwn_jax; print('jax' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"  # `import pfedwn_jax` alone stays cheap
