@@ -90,14 +90,31 @@ def plot_heatmap(
         vmax=float(np.exp(-(params.fading_threshold**2) / params.rayleigh_gamma)),
     )
     fig.colorbar(im, ax=ax, label="P_err of a neighbor at this position")
-    nb = np.asarray(neighbors)
+    _draw_nodes(ax, np.asarray(target), np.asarray(neighbors), perr, chosen, eps, im.norm)
+    ax.set(
+        xlim=(0, float(params.area_m)),
+        ylim=(0, float(params.area_m)),
+        xlabel="x (m)",
+        ylabel="y (m)",
+        title=f"P_err, gamma_th={gamma_th:g}, moments={moments}",
+    )
+    ax.set_aspect("equal")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.11), ncol=2, fontsize=8)
+    fig.tight_layout()
+    return save_figure(fig, path, dpi=120)
+
+
+def _draw_nodes(
+    ax: Any, target: np.ndarray, nb: np.ndarray, perr: Any, chosen: Any, eps: float, norm: Any
+) -> None:
+    """Neighbors `nb [n, 2]` coloured by P_err (numbered, selected ringed) and the target."""
     ax.scatter(
         nb[:, 0],
         nb[:, 1],
         c=np.asarray(perr),
         cmap="viridis_r",
-        vmin=im.norm.vmin,
-        vmax=im.norm.vmax,
+        vmin=norm.vmin,
+        vmax=norm.vmax,
         edgecolors="white",
         s=70,
         zorder=3,
@@ -123,38 +140,23 @@ def plot_heatmap(
             fontsize=9,
             zorder=5,
         )
-    t = np.asarray(target)
     ax.scatter(
-        [t[0]], [t[1]], marker="*", s=350, c="black", edgecolors="white", zorder=5, label="target"
+        [target[0]],
+        [target[1]],
+        marker="*",
+        s=350,
+        c="black",
+        edgecolors="white",
+        zorder=5,
+        label="target",
     )
-    ax.set(
-        xlim=(0, float(params.area_m)),
-        ylim=(0, float(params.area_m)),
-        xlabel="x (m)",
-        ylabel="y (m)",
-        title=f"P_err, gamma_th={gamma_th:g}, moments={moments}",
-    )
-    ax.set_aspect("equal")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.11), ncol=2, fontsize=8)
-    fig.tight_layout()
-    return save_figure(fig, path, dpi=120)
 
 
-def run(args: argparse.Namespace) -> int:
-    n = check_int("--num-neighbors", args.num_neighbors, 1, 10_000)
-    params = ChannelParams(num_subchannels=args.num_subchannels)
-    target, neighbors = place_uniform(jax.random.key(args.seed), n, params)
-    perr = error_probability(target, neighbors, args.gamma_th, params, args.moments)
-    chosen = select_neighbors(perr, args.eps)
+def neighbor_rows(target: Any, neighbors: Any, perr: Any, chosen: Any) -> list[dict[str, Any]]:
+    """One row per neighbor (ids from 1): position, distance to the target, P_err, selected."""
     dist = np.asarray(jnp.linalg.norm(neighbors - target, axis=-1))
-    print(
-        f"target at ({float(target[0]):.1f}, {float(target[1]):.1f}) m; gamma_th="
-        f"{args.gamma_th:g}, eps={args.eps:g}, |F|={args.num_subchannels}, "
-        f"moments={args.moments}"
-    )
-    print(f"{'id':>3} {'x (m)':>7} {'y (m)':>7} {'dist (m)':>9} {'P_err':>10}  selected")
     rows = []
-    for i in range(n):
+    for i in range(len(dist)):
         x, y = (float(v) for v in neighbors[i])
         rows.append(
             {
@@ -166,11 +168,33 @@ def run(args: argparse.Namespace) -> int:
                 "selected": bool(chosen[i]),
             }
         )
+    return rows
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    print(f"{'id':>3} {'x (m)':>7} {'y (m)':>7} {'dist (m)':>9} {'P_err':>10}  selected")
+    for r in rows:
         print(
-            f"{i + 1:>3} {x:>7.1f} {y:>7.1f} {dist[i]:>9.2f} {float(perr[i]):>10.4g}  "
-            f"{'yes' if chosen[i] else 'no'}"
+            f"{r['id']:>3} {r['x']:>7.1f} {r['y']:>7.1f} {r['distance_m']:>9.2f} "
+            f"{r['perr']:>10.4g}  {'yes' if r['selected'] else 'no'}"
         )
-    print(f"selected {int(np.sum(chosen))} of {n}: {[r['id'] for r in rows if r['selected']]}")
+    chosen = [r["id"] for r in rows if r["selected"]]
+    print(f"selected {len(chosen)} of {len(rows)}: {chosen}")
+
+
+def run(args: argparse.Namespace) -> int:
+    n = check_int("--num-neighbors", args.num_neighbors, 1, 10_000)
+    params = ChannelParams(num_subchannels=args.num_subchannels)
+    target, neighbors = place_uniform(jax.random.key(args.seed), n, params)
+    perr = error_probability(target, neighbors, args.gamma_th, params, args.moments)
+    chosen = select_neighbors(perr, args.eps)
+    print(
+        f"target at ({float(target[0]):.1f}, {float(target[1]):.1f}) m; gamma_th="
+        f"{args.gamma_th:g}, eps={args.eps:g}, |F|={args.num_subchannels}, "
+        f"moments={args.moments}"
+    )
+    rows = neighbor_rows(target, neighbors, perr, chosen)
+    print_table(rows)
     if args.json is not None:
         atomic_write_json(
             args.json,
