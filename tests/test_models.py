@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,6 +18,8 @@ from pfedwn_jax.models import (
     conv2d,
     get_model,
     max_pool,
+    register_model,
+    unregister_model,
 )
 
 
@@ -175,3 +180,90 @@ def test_get_model_validation_and_caching():
         check_model_fits(m, (32, 32, 3))
     with pytest.raises(ValueError, match="num_classes=100"):
         check_model_fits(m, (28, 28, 1), 100)
+
+
+# --------------------------------------------------------------------------- register_model
+class _Tiny(nnx.Module):
+    """A user model as `register_model` expects it: flattened pixels -> logits."""
+
+    def __init__(self, input_shape, num_classes, *, rngs: nnx.Rngs, width: int = 0):
+        h, w, c = input_shape
+        self.out = nnx.Linear(h * w * c, num_classes + width, rngs=rngs)
+
+    def __call__(self, x):
+        return self.out(x.astype(jnp.float32).reshape(x.shape[0], -1) / 255.0)
+
+
+@pytest.fixture
+def registry_cleanup():
+    """Remove every model a test registered, even when it fails."""
+    before = set(available_models())
+    yield
+    for name in set(available_models()) - before:
+        unregister_model(name)
+
+
+def test_register_model_validation(registry_cleanup):
+    bad = [
+        (("", _Tiny), {}, "non-empty string"),
+        (("my model", _Tiny), {}, "'my model'"),
+        (("cnn", _Tiny), {}, "'cnn' is already registered"),
+        (("u1", "not a function"), {}, "builder for model 'u1' must be a hashable callable"),
+        (("u1", _Tiny), {"check_shape": 3}, "check_shape for model 'u1'"),
+        (("u1", _Tiny), {"takes_conv_impl": "yes"}, "takes_conv_impl must be a bool; got 'yes'"),
+    ]
+    for args, kwargs, msg in bad:
+        with pytest.raises(ValueError, match=msg):
+            register_model(*args, **kwargs)
+    assert "u1" not in available_models()
+    register_model("u1", _Tiny)
+    with pytest.raises(ValueError, match="'u1' is already registered"):
+        register_model("u1", _Tiny)
+    with pytest.raises(ValueError, match="built in"):
+        unregister_model("mlp")
+    with pytest.raises(ValueError, match="'u2' is not registered"):
+        unregister_model("u2")
+
+
+def test_registered_model_builds_checks_and_rebuilds(registry_cleanup):
+    register_model("u1", _Tiny, check_shape=_check_square)
+    m = get_model("u1", 3, (4, 4, 1))
+    assert m is get_model("u1", 3, (4, 4, 1)) and m.name == "u1"
+    logits = m.apply(m.init(jax.random.key(0)), jnp.zeros((5, 4, 4, 1), jnp.uint8))
+    assert logits.shape == (5, 3)
+    with pytest.raises(ValueError, match="square"):
+        get_model("u1", 3, (4, 6, 1))
+    # replacing the builder under the same name gives a new model, not the cached one
+    unregister_model("u1")
+    register_model("u1", functools.partial(_Tiny, width=1))
+    with pytest.raises(ValueError, match=r"model 'u1' must map .* returned \(2, 4\) float32"):
+        get_model("u1", 3, (4, 4, 1))
+
+
+def test_registered_model_that_fails_to_run_raises_value_error(registry_cleanup):
+    def wrong_input_size(input_shape, num_classes, *, rngs):
+        return _Tiny((2, 2, 1), num_classes, rngs=rngs)  # Linear expects 4 features, gets 16
+
+    register_model("u1", wrong_input_size)
+    with pytest.raises(ValueError, match=r"model 'u1' cannot be built for input_shape \(4, 4, 1\)"):
+        get_model("u1", 3, (4, 4, 1))
+
+
+def _check_square(shape):
+    if shape[0] != shape[1]:
+        raise ValueError(f"model 'u1' needs square images; got {shape}")
+
+
+def _docs_example() -> str:
+    """The first python block of docs/models.md (the worked example)."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "models.md").read_text()
+    return text.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_docs_example_registers_and_runs(registry_cleanup):
+    scope: dict = {}
+    exec(compile(_docs_example(), "docs/models.md", "exec"), scope)
+    result = scope["result"]
+    assert result.config.model == "mine" and "mine" in available_models()
+    acc = result.target_accuracy("fedavg")
+    assert acc.shape == (2,) and np.all(acc > 0.3)  # chance is 0.1

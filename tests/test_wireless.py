@@ -15,6 +15,7 @@ from pfedwn_jax.wireless import (
     ChannelParams,
     error_probability,
     interference_ccdf,
+    lognormal_from_moments,
     lognormal_params,
     path_gain,
     place_uniform,
@@ -120,6 +121,19 @@ def test_lognormal_params_reproduce_mean_and_variance():
     mu, sig = (np.asarray(v, float) for v in lognormal_params(jnp.asarray(mean), jnp.asarray(var)))
     np.testing.assert_allclose(np.exp(mu + sig**2 / 2), mean, rtol=1e-5)
     np.testing.assert_allclose((np.exp(sig**2) - 1) * np.exp(2 * mu + sig**2), var, rtol=1e-4)
+
+
+def test_lognormal_from_moments_guards_links_without_interferer():
+    mean, var = jnp.array([0.0, 3.0, 0.5]), jnp.array([0.0, 0.1, 7.0])
+    mu, s2, has = lognormal_from_moments(mean, var)
+    assert has.tolist() == [False, True, True]
+    assert np.all(np.isfinite(mu)) and np.all(np.isfinite(s2))
+    p_mu, p_sig = lognormal_params(mean, var)
+    np.testing.assert_array_equal(np.asarray(p_mu)[1:], np.asarray(mu)[1:])
+    np.testing.assert_array_equal(np.asarray(p_sig)[1:], np.sqrt(np.asarray(s2))[1:])
+    assert np.isnan(p_mu[0]) and np.isnan(p_sig[0])
+    grads = jax.grad(lambda m: jnp.sum(lognormal_from_moments(m, var)[0]))(mean)
+    assert np.all(np.isfinite(grads))
 
 
 def test_interference_ccdf_matches_scipy_and_is_one_below_zero():

@@ -4,16 +4,10 @@ fed = make_federated(DEFAULT_DATASET, num_clients=11, scheme="paper", seed=0)
 fed.train.x  # [11, max_train, 28, 28, 1] uint8
 """
 
+from pfedwn_jax.data.arrays import Dataset
 from pfedwn_jax.data.batching import epoch_indices, steps_per_epoch
 from pfedwn_jax.data.client_data import ClientData, FederatedData
-from pfedwn_jax.data.datasets import (
-    DEFAULT_DATASET,
-    TFDS_NAMES,
-    Dataset,
-    available_datasets,
-    load_dataset,
-    load_npz,
-)
+from pfedwn_jax.data.datasets import DEFAULT_DATASET, available_datasets, load_dataset, load_npz
 from pfedwn_jax.data.federate import (
     POOLS,
     client_label_counts,
@@ -38,7 +32,12 @@ from pfedwn_jax.data.stacking import (
     stack_clients,
     to_device,
 )
-from pfedwn_jax.data.tfds_source import DatasetUnavailableError, load_tfds, prepare_tfds
+from pfedwn_jax.data.tfds_source import (
+    TFDS_NAMES,
+    DatasetUnavailableError,
+    load_tfds,
+    prepare_tfds,
+)
 
 __all__ = [
     "DEFAULT_DATASET",

@@ -7,8 +7,9 @@ from pathlib import Path
 import numpy as np
 
 from pfedwn_jax._checks import check_choice, check_finite, check_int, check_range
+from pfedwn_jax.data.arrays import Dataset
 from pfedwn_jax.data.client_data import FederatedData
-from pfedwn_jax.data.datasets import Dataset, load_dataset
+from pfedwn_jax.data.datasets import load_dataset
 from pfedwn_jax.data.partition import DEFAULT_MIN_SAMPLES, partition
 from pfedwn_jax.data.stacking import stack_clients, to_device
 

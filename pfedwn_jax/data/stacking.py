@@ -66,11 +66,13 @@ def padding_ratio(data: ClientData) -> float:
 def format_bytes(num: int) -> str:
     """Human-readable size, e.g. `12.3 MiB`."""
     size = float(num)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+    if size < 1024:
+        return f"{size:.0f} B"
+    for unit in ("KiB", "MiB"):
         size /= 1024
-    raise AssertionError("unreachable")
+        if size < 1024:
+            return f"{size:.1f} {unit}"
+    return f"{size / 1024:.1f} GiB"
 
 
 def memory_report(data: ClientData, label: str = "") -> str:

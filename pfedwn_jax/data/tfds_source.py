@@ -11,11 +11,15 @@ from __future__ import annotations
 import importlib.util
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from tqdm.auto import tqdm
 
-from pfedwn_jax.data.datasets import TFDS_NAMES, Dataset, as_images, as_labels
+from pfedwn_jax.data.arrays import Dataset, as_images, as_labels
 
+# TFDS name -> number of classes (the paper's three datasets plus Fashion-MNIST).
+TFDS_NAMES = {"mnist": 10, "fashion_mnist": 10, "cifar10": 10, "cifar100": 100}
 INSTALL_HINT = "pip install 'pfedwn-jax[tfds]' tensorflow"
 
 
@@ -29,6 +33,7 @@ def default_data_dir() -> Path:
 
 
 def resolve_data_dir(data_dir: str | Path | None) -> Path:
+    """`data_dir` with `~` expanded, or `default_data_dir()` when it is None."""
     return default_data_dir() if data_dir is None else Path(data_dir).expanduser()
 
 
@@ -43,15 +48,17 @@ def unavailable(name: str, data_dir: Path, reason: str) -> DatasetUnavailableErr
     )
 
 
-def _import_tfds(name: str, data_dir: Path):
+def _import_tfds(name: str, data_dir: Path) -> Any:
+    """The `tensorflow_datasets` module, or `DatasetUnavailableError` when not installed."""
     if importlib.util.find_spec("tensorflow_datasets") is None:
         raise unavailable(name, data_dir, "tensorflow-datasets is not installed")
+    # Deferred: tensorflow_datasets is an optional extra and slow to import.
     import tensorflow_datasets as tfds
 
     return tfds
 
 
-def _to_arrays(name: str, split: str, source) -> tuple[np.ndarray, np.ndarray]:
+def _to_arrays(name: str, split: str, source: Any) -> tuple[np.ndarray, np.ndarray]:
     """Read every example of a TFDS data source into `x [n, H, W, C]`, `y [n]`."""
     n = len(source)
     if n == 0:
@@ -59,8 +66,6 @@ def _to_arrays(name: str, split: str, source) -> tuple[np.ndarray, np.ndarray]:
     first = source[0]
     x = np.empty((n, *np.shape(first["image"])), np.uint8)
     y = np.empty((n,), np.int64)
-    from tqdm.auto import tqdm
-
     # One example at a time (a progress bar on a terminal): TFDS decodes each image.
     for i in tqdm(range(n), desc=f"{name}/{split}", leave=False, disable=None):
         ex = first if i == 0 else source[i]

@@ -1,7 +1,17 @@
-"""Models: `get_model(name, num_classes, input_shape) -> Model(name, init, apply, ...)`."""
+"""Models: `get_model(name, num_classes, input_shape) -> Model(name, init, apply, ...)`.
+
+A user's own flax NNX module joins the built-in ones through `register_model` (docs/models.md).
+"""
 
 from pfedwn_jax.models.layers import Conv2D, conv2d, max_pool
-from pfedwn_jax.models.registry import Model, available_models, check_model_fits, get_model
+from pfedwn_jax.models.registry import (
+    Model,
+    available_models,
+    check_model_fits,
+    get_model,
+    register_model,
+    unregister_model,
+)
 
 __all__ = [
     "Conv2D",
@@ -11,4 +21,6 @@ __all__ = [
     "conv2d",
     "get_model",
     "max_pool",
+    "register_model",
+    "unregister_model",
 ]

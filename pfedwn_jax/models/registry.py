@@ -4,15 +4,20 @@ A flax NNX module is split once into its graph definition and parameters; `init`
 parameters as a nested dict of arrays (`nnx.to_pure_dict`) and `apply` merges them back for the
 forward pass. Plain dicts stack along a leading client axis with `vmap`/`tree.map`, take optax
 updates, and survive `jit`/`vmap`/`scan`/`grad` (twice) without any flax machinery in the way.
+
+The registry maps names to module builders: the built-in architectures plus any a user adds
+with `register_model` (see docs/models.md).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 from flax import nnx
 
 from pfedwn_jax._checks import check_choice, check_int
@@ -53,18 +58,91 @@ def _check_resnet(input_shape: tuple[int, int, int]) -> None:
         raise ValueError(f"input_shape {input_shape} is too small for model 'resnet18' (H, W >= 8)")
 
 
-_ARCHS: dict[str, tuple[type[nnx.Module], Callable[[tuple[int, int, int]], None] | None, bool]] = {
-    # name: (module class, extra shape check, takes conv_impl)
-    "cnn": (CNN, _check_cnn, True),
-    "resnet18": (ResNet18, _check_resnet, True),
-    "mlp": (MLP, None, False),
-    "logreg": (LogReg, None, False),
+ModuleBuilder = Callable[..., nnx.Module]
+ShapeCheck = Callable[[tuple[int, int, int]], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Arch:
+    """A registry entry (hashable: part of the build cache key)."""
+
+    builder: ModuleBuilder  # builder(input_shape, num_classes, *, rngs[, conv_impl]) -> module
+    check_shape: ShapeCheck | None = None  # raises ValueError for shapes it cannot take
+    takes_conv_impl: bool = False
+
+
+_BUILTIN: dict[str, _Arch] = {
+    "cnn": _Arch(CNN, _check_cnn, True),
+    "resnet18": _Arch(ResNet18, _check_resnet, True),
+    "mlp": _Arch(MLP),
+    "logreg": _Arch(LogReg),
 }
+_ARCHS: dict[str, _Arch] = dict(_BUILTIN)
 
 
 def available_models() -> list[str]:
-    """Names accepted by `get_model`."""
+    """Names accepted by `get_model` (built-in and registered), sorted."""
     return sorted(_ARCHS)
+
+
+def register_model(
+    name: str,
+    builder: ModuleBuilder,
+    *,
+    check_shape: ShapeCheck | None = None,
+    takes_conv_impl: bool = False,
+) -> None:
+    """Make a user's flax NNX module available to `get_model` and `ExperimentConfig(model=)`.
+
+    Args:
+      name: the new model name (a non-empty string without whitespace, not yet registered).
+      builder: `builder(input_shape, num_classes, *, rngs) -> nnx.Module`, typically the module
+        class itself; `input_shape` is `(H, W, C)`. The module maps raw `uint8 [B, H, W, C]`
+        images to logits `[B, num_classes]` and has parameters only (no batch statistics).
+      check_shape: optional `check_shape((H, W, C))` raising `ValueError` for image shapes the
+        module cannot take, so a misfit fails before anything is compiled.
+      takes_conv_impl: pass `get_model`'s `conv_impl` to the builder as a keyword.
+
+    Raises `ValueError` naming the bad value: a taken or malformed name, a builder or
+    check_shape that is not callable, a non-bool `takes_conv_impl`.
+    """
+    if not isinstance(name, str) or not name or name != "".join(name.split()):
+        raise ValueError(f"model name must be a non-empty string without spaces; got {name!r}")
+    if name in _ARCHS:
+        raise ValueError(
+            f"model name {name!r} is already registered (available: {available_models()}); "
+            "call unregister_model first to replace a model you registered"
+        )
+    if not callable(builder) or not _hashable(builder):
+        raise ValueError(
+            f"builder for model {name!r} must be a hashable callable (e.g. an nnx.Module "
+            f"class or a function); got {builder!r}"
+        )
+    if check_shape is not None and not (callable(check_shape) and _hashable(check_shape)):
+        raise ValueError(
+            f"check_shape for model {name!r} must be callable or None; got {check_shape!r}"
+        )
+    if not isinstance(takes_conv_impl, bool):
+        raise ValueError(f"takes_conv_impl must be a bool; got {takes_conv_impl!r}")
+    _ARCHS[name] = _Arch(builder, check_shape, takes_conv_impl)
+
+
+def _hashable(x: Any) -> bool:
+    try:
+        hash(x)
+    except TypeError:
+        return False
+    return True
+
+
+def unregister_model(name: str) -> None:
+    """Remove a model added by `register_model` (built-in models cannot be removed)."""
+    if name in _BUILTIN:
+        raise ValueError(f"model {name!r} is built in and cannot be unregistered")
+    if name not in _ARCHS:
+        registered = sorted(set(_ARCHS) - set(_BUILTIN))
+        raise ValueError(f"model {name!r} is not registered; registered models: {registered}")
+    del _ARCHS[name]
 
 
 def _check_shape(input_shape: Any) -> tuple[int, int, int]:
@@ -78,38 +156,73 @@ def _check_shape(input_shape: Any) -> tuple[int, int, int]:
 
 
 def get_model(name: str, num_classes: int, input_shape: Any, *, conv_impl: str = "im2col") -> Model:
-    """Build model `name` ("cnn", "resnet18", "mlp", "logreg") for `input_shape = (H, W, C)`.
+    """Build model `name` (see `available_models`) for `input_shape = (H, W, C)`.
 
-    `conv_impl` ("im2col" or "lax") selects the convolution kernel of the conv nets. Calls with
-    equal arguments return the *same* `Model` object, so jitted functions taking the model as a
-    static argument are compiled once. Raises `ValueError` for an unknown name, a bad class count
-    or a shape the architecture cannot take.
+    Built in: "cnn", "resnet18", "mlp", "logreg"; `register_model` adds more. `conv_impl`
+    ("im2col" or "lax") selects the convolution kernel of the conv nets. Calls with equal
+    arguments return the *same* `Model` object, so jitted functions taking the model as a
+    static argument are compiled once. Raises `ValueError` for an unknown name, a bad class
+    count, a shape the architecture cannot take, or a module whose output is not
+    `[B, num_classes]` logits.
     """
     check_choice("model", name, available_models())
     num_classes = check_int("num_classes", num_classes, 2)
     check_choice("conv_impl", conv_impl, ("im2col", "lax"))
-    return _build(name, num_classes, _check_shape(input_shape), conv_impl)
+    return _build(name, _ARCHS[name], num_classes, _check_shape(input_shape), conv_impl)
 
 
 @functools.lru_cache(maxsize=64)
-def _build(name: str, num_classes: int, input_shape: tuple[int, int, int], conv_impl: str) -> Model:
-    cls, shape_check, takes_impl = _ARCHS[name]
-    if shape_check is not None:
-        shape_check(input_shape)
-    kwargs = {"conv_impl": conv_impl} if takes_impl else {}
+def _build(
+    name: str, arch: _Arch, num_classes: int, input_shape: tuple[int, int, int], conv_impl: str
+) -> Model:
+    """The `Model` of `arch`; keyed on the entry too, so a re-registered name is rebuilt."""
+    if arch.check_shape is not None:
+        arch.check_shape(input_shape)
+    kwargs = {"conv_impl": conv_impl} if arch.takes_conv_impl else {}
 
     def make(key: jax.Array) -> nnx.Module:
-        return cls(input_shape, num_classes, rngs=nnx.Rngs(params=key), **kwargs)
-
-    graphdef, _ = nnx.split(nnx.eval_shape(lambda: make(jax.random.key(0))))
+        return arch.builder(input_shape, num_classes, rngs=nnx.Rngs(params=key), **kwargs)
 
     def init(key: jax.Array) -> Params:
         return nnx.to_pure_dict(nnx.state(make(key)))
+
+    graphdef = _check_abstract(name, make, input_shape, num_classes)
 
     def apply(params: Params, x: jax.Array) -> jax.Array:
         return nnx.merge(graphdef, params)(x)
 
     return Model(name, init, apply, input_shape, num_classes)
+
+
+def _check_abstract(
+    name: str, make: Callable, input_shape: tuple[int, int, int], num_classes: int
+) -> Any:
+    """Build and run the module abstractly (no FLOPs, no compilation); return its graphdef.
+
+    Raises `ValueError` naming the model unless it builds and maps `uint8 [2, H, W, C]` to
+    float logits `[2, num_classes]`.
+    """
+    x = jax.ShapeDtypeStruct((2, *input_shape), jnp.uint8)
+    try:
+        graphdef, state = nnx.split(nnx.eval_shape(lambda: make(jax.random.key(0))))
+        params = nnx.to_pure_dict(state)
+        out = jax.eval_shape(lambda p, x: nnx.merge(graphdef, p)(x), params, x)
+    except ValueError:
+        raise
+    except Exception as e:  # a user module's own error, reported at the API boundary
+        raise ValueError(
+            f"model {name!r} cannot be built for input_shape {input_shape} and "
+            f"num_classes={num_classes} or run on uint8 images [B, H, W, C]: "
+            f"{type(e).__name__}: {e}"
+        ) from e
+    shape, dtype = getattr(out, "shape", None), getattr(out, "dtype", None)
+    if shape != (2, num_classes) or not jnp.issubdtype(dtype, jnp.floating):
+        raise ValueError(
+            f"model {name!r} must map uint8 images [B, H, W, C] to float logits "
+            f"[B, num_classes={num_classes}]; for B=2 and input_shape {input_shape} it "
+            f"returned {shape} {dtype}"
+        )
+    return graphdef
 
 
 def check_model_fits(model: Model, input_shape: Any, num_classes: int | None = None) -> None:

@@ -41,6 +41,11 @@ def log_received_scale(distance: Any, params: ChannelParams) -> Any:
     )
 
 
+def log_noise_power(params: ChannelParams) -> Any:
+    """ln(kappa T W): the thermal noise power sigma_n^2 in the log domain."""
+    return jnp.log(params.boltzmann) + jnp.log(params.noise_temp_k) + jnp.log(params.bandwidth_hz)
+
+
 def rayleigh_pdf(x: Any, gamma: Any) -> Any:
     """Paper eq. (2): 2x/Gamma exp(-x^2/Gamma) for x >= 0, 0 below."""
     return jnp.where(x >= 0, 2.0 * x / gamma * jnp.exp(-(x * x) / gamma), 0.0)
@@ -116,10 +121,24 @@ def interferer_moments(
     raise ValueError(f"moments must be one of {list(MOMENT_MODES)}; got {moments!r}")
 
 
+def lognormal_from_moments(mean: Any, var: Any) -> tuple[Any, Any, Any]:
+    """(mu, sigma^2, has) of the log-normal with the given mean and variance (App. A).
+
+    mu = ln E - sigma^2 / 2, sigma^2 = ln(1 + D / E^2), elementwise over `[...]`.
+    has = mean > 0: a link with no interferer (mean 0) has no log-normal; there mu and
+    sigma^2 are those of mean 1, variance 1, finite placeholders so that neither the value
+    nor its gradient turns NaN, and callers select with `has`.
+    """
+    has = mean > 0
+    mean_safe = jnp.where(has, mean, 1.0)
+    s2 = jnp.log1p(jnp.where(has, var, 1.0) / (mean_safe * mean_safe))
+    return jnp.log(mean_safe) - 0.5 * s2, s2, has
+
+
 def lognormal_params(mean: Any, var: Any) -> tuple[Any, Any]:
-    """(mu, sigma) of the log-normal with the given mean and variance (App. A)."""
-    s2 = jnp.log1p(var / (mean * mean))
-    return jnp.log(mean) - 0.5 * s2, jnp.sqrt(s2)
+    """(mu, sigma) of the log-normal with the given mean and variance; NaN where mean <= 0."""
+    mu, s2, has = lognormal_from_moments(mean, var)
+    return jnp.where(has, mu, jnp.nan), jnp.where(has, jnp.sqrt(s2), jnp.nan)
 
 
 def interference_ccdf(x: Any, mu: Any, sigma: Any) -> Any:

@@ -20,10 +20,10 @@ import numpy as np
 
 from pfedwn_jax._checks import check_choice, check_int, is_concrete
 from pfedwn_jax.wireless._inputs import link_inputs
+from pfedwn_jax.wireless.channel import log_noise_power
 from pfedwn_jax.wireless.params import ChannelParams
 from pfedwn_jax.wireless.perr import (
-    _log_noise,
-    interference_ratios,
+    interference_lognormal,
     link_geometry,
     moment_coefficients,
     power_ratio_matrix,
@@ -51,7 +51,7 @@ def _physical(
     tx = (u_max >= b) & valid
     same = (f_star[..., :, None] == f_star[..., None, :]) & tx[..., None, :]
     interf = jnp.sum(jnp.where(same, rho * u_max[..., None, :], 0.0), axis=-1)  # / (c_s Gamma)
-    noise = jnp.exp(_log_noise(params) - log_c - jnp.log(params.rayleigh_gamma))
+    noise = jnp.exp(log_noise_power(params) - log_c - jnp.log(params.rayleigh_gamma))
     return tx & (u_max >= gamma_th[..., None] * (noise + interf))
 
 
@@ -67,18 +67,13 @@ def _lognormal(
     num_draws: int,
 ) -> Any:
     k_h, k_i = jax.random.split(key)
-    s1, s2 = interference_ratios(rel)
-    mean = m1 * s1  # E[I] / c_s
-    var = var1 * s2
-    has = mean > 0
-    mean_s = jnp.where(has, mean, 1.0)
-    s2 = jnp.log1p(jnp.where(has, var, 1.0) / mean_s**2)
+    mu, s2, has = interference_lognormal(rel, m1, var1)
     shape = (num_draws, *valid.shape)
     z = jax.random.normal(k_i, shape, log_c.dtype)
-    interf = jnp.where(has, jnp.exp(jnp.log(mean_s) - 0.5 * s2 + jnp.sqrt(s2) * z), 0.0)
+    interf = jnp.where(has, jnp.exp(mu + jnp.sqrt(s2) * z), 0.0)
     u = jax.random.exponential(k_h, shape, log_c.dtype)
     b = params.fading_threshold**2 / params.rayleigh_gamma
-    noise = jnp.exp(_log_noise(params) - log_c)
+    noise = jnp.exp(log_noise_power(params) - log_c)
     signal = params.rayleigh_gamma * u / gamma_th[..., None]  # c_s h^2 / gamma_th, / c_s
     error = (u >= b) & (signal - noise < interf)
     return valid & ~error

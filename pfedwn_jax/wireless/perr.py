@@ -23,7 +23,12 @@ from jax.scipy.special import erfc
 
 from pfedwn_jax._checks import check_int
 from pfedwn_jax.wireless._inputs import link_inputs
-from pfedwn_jax.wireless.channel import interferer_moments, log_received_scale
+from pfedwn_jax.wireless.channel import (
+    interferer_moments,
+    log_noise_power,
+    log_received_scale,
+    lognormal_from_moments,
+)
 from pfedwn_jax.wireless.params import SPEED_OF_LIGHT, ChannelParams
 from pfedwn_jax.wireless.quadrature import integrate
 
@@ -97,6 +102,16 @@ def power_ratio_matrix(rel: Any) -> Any:
     return jnp.where(_others(rel.shape[-1]), rel[..., None, :] / own[..., :, None], 0.0)
 
 
+def interference_lognormal(rel: Any, m1: Any, var1: Any) -> tuple[Any, Any, Any]:
+    """(mu, sigma^2, has) [..., n] of each link's log-normal interference I_s / c_s.
+
+    E[I_s] / c_s = m1 sum_{r != s} c_r / c_s and D[I_s] / c_s^2 = var1 sum_{r != s} (c_r /
+    c_s)^2, with (m1, var1) from `moment_coefficients`; see `lognormal_from_moments` for has.
+    """
+    s1, s2 = interference_ratios(rel)
+    return lognormal_from_moments(m1 * s1, var1 * s2)
+
+
 def _moments_impl(params: ChannelParams, moments: str) -> tuple[Any, Any]:
     dtype = jnp.asarray(params.rayleigh_gamma).dtype
     return interferer_moments(params, moments, dtype)
@@ -119,18 +134,13 @@ def _perr_impl(
 ) -> Any:
     dtype = target.dtype
     _, log_c, rel = link_geometry(target, neighbor, valid, params)
-    s1, s2 = interference_ratios(rel)
-    mean = m1 * s1  # E[I] / c_s
-    var = var1 * s2  # D[I] / c_s^2
-    has_intf = mean > 0
-    mean_safe = jnp.where(has_intf, mean, 1.0)
-    s2 = jnp.log1p(jnp.where(has_intf, var, 1.0) / (mean_safe * mean_safe))
+    mu, s2, has_intf = interference_lognormal(rel, m1, var1)
     sigma = jnp.sqrt(jnp.maximum(s2, jnp.finfo(dtype).tiny))
     gamma = params.rayleigh_gamma
     g = gamma_th[..., None]
     # log-normal location relative to B = c_s Gamma / gamma_th, and kappa = sigma_n^2 / B.
-    m = jnp.log(mean_safe) - 0.5 * s2 - jnp.log(gamma / g)
-    kappa = jnp.exp(_log_noise(params) + jnp.log(g) - jnp.log(gamma) - log_c)
+    m = mu - jnp.log(gamma / g)
+    kappa = jnp.exp(log_noise_power(params) + jnp.log(g) - jnp.log(gamma) - log_c)
     b = params.fading_threshold**2 / gamma
     p_noise = jnp.maximum(jnp.exp(-b) - jnp.exp(-kappa), 0.0)  # u in [b, kappa]: arg <= 0
     s0 = jnp.maximum(b - kappa, 0.0)
@@ -159,11 +169,6 @@ def _perr_impl(
     ) * (inv * _INV_SQRT_2PI)
     perr = jnp.where(has_intf, p_noise + jnp.exp(-kappa) * (closed - quad), p_noise)
     return jnp.where(valid, jnp.clip(perr, 0.0, 1.0), 1.0)
-
-
-def _log_noise(params: ChannelParams) -> Any:
-    """ln(kappa T W), the thermal noise power in the log domain."""
-    return jnp.log(params.boltzmann) + jnp.log(params.noise_temp_k) + jnp.log(params.bandwidth_hz)
 
 
 _perr_jit = jax.jit(_perr_impl, static_argnames="num_nodes")

@@ -19,7 +19,7 @@ QUAD_OPTS = {"epsabs": 1e-14, "epsrel": 1e-12, "limit": 500}
 
 def _tail_moment(power: int, weight: Any, params: ChannelParams) -> float:
     """int_beta^inf x^power * (2x/Gamma) e^{-x^2/Gamma} * weight(x) dx by quad."""
-    from scipy.integrate import quad
+    from scipy.integrate import quad  # scipy: optional (test extra), imported on use
 
     g, beta = float(params.rayleigh_gamma), float(params.fading_threshold)
     val, _ = quad(
@@ -69,7 +69,7 @@ def link_integral(
     c_s: float, mean: float, var: float, gamma_th: float, params: ChannelParams
 ) -> float:
     """int_beta^inf p(x) v(c_s x^2/gamma_th - sigma_n^2) dx for one link, by quad."""
-    from scipy.integrate import quad
+    from scipy.integrate import quad  # scipy: optional (test extra), imported on use
 
     g, beta = float(params.rayleigh_gamma), float(params.fading_threshold)
     noise = float(params.boltzmann) * float(params.noise_temp_k) * float(params.bandwidth_hz)
