@@ -110,28 +110,26 @@ def check_int(name: str, value: Any, low: int | None = None, high: int | None = 
 
 
 def check_float(
-    name: str,
-    value: Any,
-    low: float | None = None,
-    high: float | None = None,
-    *,
-    low_inclusive: bool = True,
-    high_inclusive: bool = True,
+    name: str, value: Any, low: float | None = None, high: float | None = None, **inclusive: bool
 ) -> float:
     """Return `value` as a finite Python float; `ValueError` naming `name` unless it is one
-    real number (not a bool, string, list or array) in the range, and not NaN or infinite."""
-    allowed = _allowed(low, high, low_inclusive, high_inclusive)
-    allowed = "" if low is None and high is None else f" in {allowed}"
+    real number (not a bool, string, list or array) in the range, and not NaN or infinite.
+
+    `inclusive`: `low_inclusive` / `high_inclusive` as in `check_range` (default True).
+    """
     x = _real_scalar(value)
     try:
         x = None if x is None else float(x)
     except OverflowError:  # an int beyond the float range
         x = math.inf
-    if x is None:
-        raise ValueError(f"{name} must be a number{allowed}; got {_shown(value)}")
-    if not math.isfinite(x):
-        raise ValueError(f"{name} must be a finite number{allowed}; got {_shown(value)}")
-    check_range(name, x, low, high, low_inclusive=low_inclusive, high_inclusive=high_inclusive)
+    if x is None or not math.isfinite(x):
+        interval = _allowed(
+            low, high, inclusive.get("low_inclusive", True), inclusive.get("high_inclusive", True)
+        )
+        what = "a number" if x is None else "a finite number"
+        where = "" if low is None and high is None else f" in {interval}"
+        raise ValueError(f"{name} must be {what}{where}; got {_shown(value)}")
+    check_range(name, x, low, high, **inclusive)
     return x
 
 
