@@ -240,7 +240,7 @@ def _check_methods(model: Any, algorithms: Any, hparams: Any) -> dict[str, Any]:
     for alg, overrides in hparams.items():
         if alg not in registered:
             raise ValueError(f"hparams: unknown algorithm {alg!r}; available: {registered}")
-        hp = ExperimentConfig._make_hparams(alg, overrides)
+        hp = make_hparams(get_algorithm(alg), overrides)
         checked[alg] = {k: getattr(hp, k) for k in overrides}
     return {
         "model": check_choice("model", model, available_models()),
