@@ -8,6 +8,8 @@ traceback from deep inside JAX.
 from __future__ import annotations
 
 import math
+import numbers
+from collections.abc import Hashable
 from typing import Any
 
 import numpy as np
@@ -32,6 +34,19 @@ def check_finite(name: str, x: Any) -> None:
         raise ValueError(f"{name} must be finite; found {bad!r}")
 
 
+def _allowed(low: float | None, high: float | None, low_inc: bool, high_inc: bool) -> str:
+    """The interval `[low, high)` etc. as text, with open ends shown as +-inf."""
+    lo_s = "[" if low_inc and low is not None else "("
+    hi_s = "]" if high_inc and high is not None else ")"
+    return f"{lo_s}{'-inf' if low is None else low}, {'inf' if high is None else high}{hi_s}"
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    """`repr(value)`, cut to `limit` characters (a huge int or array stays readable)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def check_range(
     name: str,
     value: Any,
@@ -40,14 +55,16 @@ def check_range(
     *,
     low_inclusive: bool = True,
     high_inclusive: bool = True,
-) -> None:
-    """Raise `ValueError` naming `name` unless every concrete value lies in the range."""
+) -> Any:
+    """Return `value` (any shape) unchanged; `ValueError` naming `name` unless every concrete
+    value is a number in the range (strings are never coerced)."""
     if not is_concrete(value):
-        return
-    arr = np.asarray(value, dtype=float)
-    lo_s = "[" if low_inclusive and low is not None else "("
-    hi_s = "]" if high_inclusive and high is not None else ")"
-    allowed = f"{lo_s}{'-inf' if low is None else low}, {'inf' if high is None else high}{hi_s}"
+        return value
+    allowed = _allowed(low, high, low_inclusive, high_inclusive)
+    raw = np.asarray(value)
+    if raw.dtype.kind not in "biuf":
+        raise ValueError(f"{name} must be a number in {allowed}; got {_shown(value)}")
+    arr = raw.astype(float)
     if np.any(np.isnan(arr)):
         raise ValueError(f"{name} must be a number in {allowed}; got NaN")
     ok = np.ones(arr.shape, dtype=bool)
@@ -56,25 +73,101 @@ def check_range(
     if high is not None:
         ok &= (arr <= high) if high_inclusive else (arr < high)
     if not np.all(ok):
-        bad = float(arr[~ok].ravel()[0])
-        shown = int(bad) if math.isfinite(bad) and bad.is_integer() else bad
+        bad = raw[~ok].ravel()[0].item()
+        shown = int(bad) if isinstance(bad, float) and bad.is_integer() else bad
         raise ValueError(f"{name} must be in {allowed}; got {shown!r}")
+    return value
+
+
+def _real_scalar(value: Any) -> int | float | None:
+    """`value` as a Python int/float if it is one real number (not a bool, string, list,
+    array of several values or tracer), else None. 0-d numpy/JAX arrays count as numbers."""
+    if isinstance(value, bool | np.bool_ | str | bytes) or value is None:
+        return None
+    if not isinstance(value, numbers.Real):
+        if not (hasattr(value, "dtype") and np.ndim(value) == 0 and is_concrete(value)):
+            return None
+        value = np.asarray(value)
+        if value.dtype.kind not in "iuf":
+            return None
+        value = value.item()
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    return float(value)
 
 
 def check_int(name: str, value: Any, low: int | None = None, high: int | None = None) -> int:
-    """Return `value` as int, raising `ValueError` unless it is an integer in [low, high]."""
+    """Return `value` as a Python int (2.0 -> 2); `ValueError` unless it is an integer (not
+    a bool, string or fractional/non-finite float) in [low, high]."""
+    x = _real_scalar(value)
+    if isinstance(x, float) and math.isfinite(x) and x.is_integer():
+        x = int(x)
+    if not isinstance(x, int):
+        raise ValueError(f"{name} must be an integer; got {_shown(value)}")
+    if (low is not None and x < low) or (high is not None and x > high):
+        raise ValueError(f"{name} must be in {_allowed(low, high, True, True)}; got {_shown(x)}")
+    return x
+
+
+def check_float(
+    name: str, value: Any, low: float | None = None, high: float | None = None, **inclusive: bool
+) -> float:
+    """Return `value` as a finite Python float; `ValueError` naming `name` unless it is one
+    real number (not a bool, string, list or array) in the range, and not NaN or infinite.
+
+    `inclusive`: `low_inclusive` / `high_inclusive` as in `check_range` (default True).
+    """
+    x = _real_scalar(value)
     try:
-        integral = not isinstance(value, bool | str | bytes) and float(value).is_integer()
-    except (TypeError, ValueError):  # a tuple, a string, an array of several values...
-        integral = False
-    if not integral:
-        raise ValueError(f"{name} must be an integer; got {value!r}")
-    check_range(name, value, low, high)
-    return int(value)
+        x = None if x is None else float(x)
+    except OverflowError:  # an int beyond the float range
+        x = math.inf
+    if x is None or not math.isfinite(x):
+        interval = _allowed(
+            low, high, inclusive.get("low_inclusive", True), inclusive.get("high_inclusive", True)
+        )
+        what = "a number" if x is None else "a finite number"
+        where = "" if low is None and high is None else f" in {interval}"
+        raise ValueError(f"{name} must be {what}{where}; got {_shown(value)}")
+    check_range(name, x, low, high, **inclusive)
+    return x
 
 
-def check_choice(name: str, value: Any, allowed: Any) -> None:
-    """Raise `ValueError` unless `value` is one of `allowed`."""
+# counts compared with or turned into int32 arrays inside JAX (x64 disabled)
+INT32_MAX = 2**31 - 1
+
+# jax.random.PRNGKey / jax.random.key keep the low 32 bits of a seed when x64 is disabled
+# (2**32 gives the same key as 0) and raise OverflowError from 2**63 on.
+SEED_MAX = 2**32 - 1
+
+
+def check_seed(name: str, value: Any) -> int:
+    """Return `value` as an int seed in [0, SEED_MAX], the seeds that give distinct JAX keys."""
+    x = check_int(name, value)
+    if not 0 <= x <= SEED_MAX:
+        raise ValueError(
+            f"{name} must be in [0, {SEED_MAX}] (2**32 - 1, the seeds jax.random.PRNGKey "
+            f"takes); got {_shown(x)}"
+        )
+    return x
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """Return `value` as a Python bool; `ValueError` unless it is True or False."""
+    if not isinstance(value, bool | np.bool_):
+        raise ValueError(f"{name} must be true or false; got {_shown(value)}")
+    return bool(value)
+
+
+def check_choice(name: str, value: Any, allowed: Any) -> Any:
+    """Return the element of `allowed` equal to `value`; `ValueError` if there is none."""
     allowed = list(allowed)
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {allowed}; got {value!r}")
+    if isinstance(value, Hashable) and value in allowed:
+        return allowed[allowed.index(value)]
+    raise ValueError(f"{name} must be one of {allowed}; got {_shown(value)}")
+
+
+def set_fields(obj: Any, **values: Any) -> None:
+    """Store checked, normalised field values on a frozen dataclass instance."""
+    for field, value in values.items():
+        object.__setattr__(obj, field, value)

@@ -29,7 +29,8 @@ The same algorithm code serves both: never special-case slot 0, use ``adjacency`
 
 **Hyperparameters.** ``Algorithm.hparams`` is a frozen dataclass whose fields all have defaults
 (documented in its docstring with their source). It validates itself in ``__post_init__``
-with ``pfedwn_jax._checks`` and field names prefixed by the algorithm, e.g. ``"fedprox.mu"``.
+with ``pfedwn_jax._checks`` and field names as the config spells them, e.g.
+``"hparams.fedprox.mu"``, and stores the normalised values (``2.0 -> 2``).
 The runner builds it with ``make_hparams(alg, overrides)`` from the config's
 ``hparams[name]`` dict (unknown keys are a ValueError listing the fields). The instance is
 hashable and is closed over (static) when the round is compiled.
@@ -165,9 +166,14 @@ def make_hparams(alg: Algorithm, overrides: Mapping[str, Any] | None = None) -> 
     Unknown keys raise a ValueError naming the algorithm and listing its fields; the
     dataclass's own ``__post_init__`` validates the values.
     """
+    if overrides is not None and not isinstance(overrides, Mapping):
+        raise ValueError(
+            f"hparams.{alg.name} must be a table of {alg.name}'s hyperparameters, e.g. "
+            f"{{field = value}}; got {overrides!r}"
+        )
     overrides = dict(overrides or {})
     fields = [f.name for f in dataclasses.fields(alg.hparams)]
-    unknown = sorted(set(overrides) - set(fields))
+    unknown = sorted(set(overrides) - set(fields), key=repr)
     if unknown:
         raise ValueError(f"hparams.{alg.name}: unknown field(s) {unknown}; allowed: {fields}")
     return alg.hparams(**overrides)

@@ -30,7 +30,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from pfedwn_jax._checks import check_range
+from pfedwn_jax._checks import check_float, set_fields
 from pfedwn_jax.algorithms.base import Algorithm, RoundContext, local_update, register
 from pfedwn_jax.algorithms.fedprox import proximal_loss
 from pfedwn_jax.algorithms.local import (
@@ -59,9 +59,12 @@ class FedAMPHParams:
     lam: float = 1.0
 
     def __post_init__(self) -> None:
-        check_range("fedamp.alpha_k", self.alpha_k, 0.0, low_inclusive=False)
-        check_range("fedamp.sigma", self.sigma, 0.0, low_inclusive=False)
-        check_range("fedamp.lam", self.lam, 0.0)
+        set_fields(
+            self,
+            alpha_k=check_float("hparams.fedamp.alpha_k", self.alpha_k, 0.0, low_inclusive=False),
+            sigma=check_float("hparams.fedamp.sigma", self.sigma, 0.0, low_inclusive=False),
+            lam=check_float("hparams.fedamp.lam", self.lam, 0.0),
+        )
 
 
 def attention_matrix(

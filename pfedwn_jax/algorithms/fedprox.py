@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from pfedwn_jax._checks import check_range
+from pfedwn_jax._checks import check_float, set_fields
 from pfedwn_jax.algorithms.base import Algorithm, RoundContext, register
 from pfedwn_jax.algorithms.fedavg import train_then_average
 from pfedwn_jax.algorithms.local import (
@@ -36,7 +36,7 @@ class FedProxHParams:
     mu: float = 0.01
 
     def __post_init__(self) -> None:
-        check_range("fedprox.mu", self.mu, 0.0)
+        set_fields(self, mu=check_float("hparams.fedprox.mu", self.mu, 0.0))
 
 
 def sq_norm_diff(params: Any, anchor: Any) -> jax.Array:

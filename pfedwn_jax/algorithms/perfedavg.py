@@ -31,7 +31,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from pfedwn_jax._checks import check_choice, check_range
+from pfedwn_jax._checks import check_bool, check_choice, check_float, set_fields
 from pfedwn_jax.algorithms.base import Algorithm, RoundContext, register
 from pfedwn_jax.algorithms.fedavg import train_then_average
 from pfedwn_jax.algorithms.local import BaselineState, init_baseline, train_loss_record
@@ -61,12 +61,12 @@ class PerFedAvgHParams:
     split_batch: bool = True
 
     def __post_init__(self) -> None:
-        check_range("perfedavg.alpha", self.alpha, 0.0)
-        check_choice("perfedavg.variant", self.variant, VARIANTS)
-        if not isinstance(self.split_batch, bool):
-            raise ValueError(
-                f"perfedavg.split_batch must be true or false; got {self.split_batch!r}"
-            )
+        set_fields(
+            self,
+            alpha=check_float("hparams.perfedavg.alpha", self.alpha, 0.0),
+            variant=check_choice("hparams.perfedavg.variant", self.variant, VARIANTS),
+            split_batch=check_bool("hparams.perfedavg.split_batch", self.split_batch),
+        )
 
 
 def _axpy(a: float | jax.Array, x: Any, y: Any) -> Any:

@@ -39,7 +39,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pfedwn_jax._checks import check_int, check_range, is_concrete
+from pfedwn_jax._checks import (
+    INT32_MAX,
+    check_bool,
+    check_float,
+    check_int,
+    is_concrete,
+    set_fields,
+)
 from pfedwn_jax.algorithms.base import (
     Algorithm,
     RoundContext,
@@ -84,18 +91,21 @@ class PFedWNHParams:
     component_epochs: int = 1
 
     def __post_init__(self) -> None:
-        check_range("pfedwn.a", self.a, 0.0, 1.0)
-        check_int("pfedwn.warmup_rounds", self.warmup_rounds, 0)
-        check_int("pfedwn.em_every", self.em_every, 0)
-        if not isinstance(self.component_updates, bool):
-            raise ValueError(
-                f"pfedwn.component_updates must be true or false; got {self.component_updates!r}"
-            )
-        check_int("pfedwn.em_steps", self.em_steps, 0)
-        check_int("pfedwn.em_iters", self.em_iters, 1)
-        check_range("pfedwn.em_tol", self.em_tol, 0.0)
-        check_range("pfedwn.floor", self.floor, 0.0, 1.0)
-        check_int("pfedwn.component_epochs", self.component_epochs, 1)
+        name = "hparams.pfedwn."
+        set_fields(
+            self,
+            a=check_float(name + "a", self.a, 0.0, 1.0),
+            warmup_rounds=check_int(name + "warmup_rounds", self.warmup_rounds, 0, INT32_MAX),
+            em_every=check_int(name + "em_every", self.em_every, 0, INT32_MAX),
+            component_updates=check_bool(name + "component_updates", self.component_updates),
+            em_steps=check_int(name + "em_steps", self.em_steps, 0, INT32_MAX),
+            em_iters=check_int(name + "em_iters", self.em_iters, 1, INT32_MAX),
+            em_tol=check_float(name + "em_tol", self.em_tol, 0.0),
+            floor=check_float(name + "floor", self.floor, 0.0, 1.0),
+            component_epochs=check_int(
+                name + "component_epochs", self.component_epochs, 1, INT32_MAX
+            ),
+        )
 
 
 class PFedWNState(NamedTuple):

@@ -14,9 +14,22 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pfedwn_jax._checks import check_choice, check_int, check_range
+from pfedwn_jax._checks import (
+    INT32_MAX,
+    check_choice,
+    check_float,
+    check_int,
+    check_seed,
+    set_fields,
+)
+from pfedwn_jax.algorithms import available_algorithms, get_algorithm, make_hparams
+from pfedwn_jax.data.partition import SCHEMES
+from pfedwn_jax.models import available_models
+from pfedwn_jax.wireless import MOMENT_MODES, ChannelParams
 
 MODES = ("single", "network")
+# the cap of `pfedwn neighbors`: a network-wide run holds [S, S] matrices of S = n + 1 clients
+MAX_NEIGHBORS = 10_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,80 +102,25 @@ class ExperimentConfig:
     channel: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        # normalise containers so equal configs compare equal and the object stays immutable
-        algs = self.algorithms
-        if isinstance(algs, str):
-            algs = tuple(a.strip() for a in algs.split(",") if a.strip())
-        object.__setattr__(self, "algorithms", tuple(algs))
-        object.__setattr__(
-            self, "hparams", {str(k): dict(v) for k, v in dict(self.hparams or {}).items()}
-        )
-        object.__setattr__(self, "channel", dict(self.channel or {}))
-        self.validate()
+        # store what was checked, normalised (2.0 -> 2, tuples, plain dicts), so equal configs
+        # compare equal, the object stays immutable and no unchecked value reaches JAX
+        set_fields(self, **self._checked_fields())
 
     # ------------------------------------------------------------------ validation
     def validate(self) -> None:
         """Raise ValueError naming the first bad field (no data loading, no compilation)."""
-        from pfedwn_jax.algorithms import available_algorithms
-        from pfedwn_jax.models import available_models
-        from pfedwn_jax.wireless import MOMENT_MODES
+        self._checked_fields()
 
-        for name in ("dataset", "data_dir"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, str) or not value):
-                raise ValueError(f"{name} must be a non-empty string or None; got {value!r}")
-        if not isinstance(self.partition, str) or not self.partition:
-            raise ValueError(f"partition must be a non-empty string; got {self.partition!r}")
-        check_range("alpha", self.alpha, 0.0, low_inclusive=False)
-        check_range(
-            "train_frac", self.train_frac, 0.0, 1.0, low_inclusive=False, high_inclusive=False
-        )
-        if self.data_seed is not None:
-            check_int("data_seed", self.data_seed, 0)
-        check_choice("model", self.model, available_models())
-        registered = available_algorithms()
-        for alg in self.algorithms:
-            if alg not in registered:
-                raise ValueError(
-                    f"algorithms: unknown algorithm {alg!r}; available: {list(registered)}"
-                )
-        if len(set(self.algorithms)) != len(self.algorithms):
-            raise ValueError(f"algorithms must not repeat a name; got {list(self.algorithms)}")
-        for alg, overrides in self.hparams.items():
-            if alg not in registered:
-                raise ValueError(
-                    f"hparams: unknown algorithm {alg!r}; available: {list(registered)}"
-                )
-            self._make_hparams(alg, overrides)
-        check_int("rounds", self.rounds, 1)
-        check_int("local_epochs", self.local_epochs, 1)
-        if self.local_steps is not None:
-            check_int("local_steps", self.local_steps, 1)
-        check_int("batch_size", self.batch_size, 1)
-        check_range("lr", self.lr, 0.0, low_inclusive=False)
-        check_range("momentum", self.momentum, 0.0, 1.0, high_inclusive=False)
-        check_int("seed", self.seed, 0)
-        check_choice("mode", self.mode, MODES)
-        check_int("num_neighbors", self.num_neighbors, 1)
-        check_range("gamma_th", self.gamma_th, 0.0, low_inclusive=False)
-        check_range("eps", self.eps, 0.0, 1.0, low_inclusive=False, high_inclusive=False)
-        check_choice("moments", self.moments, MOMENT_MODES)
-        check_int("topology_seed", self.topology_seed, 0)
-        if self.target != "random":
-            if isinstance(self.target, str):
-                raise ValueError(
-                    f"target must be an integer in [0, {self.num_neighbors}] or "
-                    f"'random'; got {self.target!r}"
-                )
-            check_int("target", self.target, 0, self.num_neighbors)
-        for key in self.channel:
-            if not isinstance(key, str):
-                raise ValueError(f"channel keys must be ChannelParams field names; got {key!r}")
+    def _checked_fields(self) -> dict[str, Any]:
+        """Every field checked and normalised; a ValueError names the first bad one."""
+        out = _check_data(self)
+        out.update(_check_methods(self.model, self.algorithms, self.hparams))
+        out.update(_check_training(self))
+        out.update(_check_network(self))
+        return out
 
     @staticmethod
     def _make_hparams(alg: str, overrides: Mapping[str, Any]) -> Any:
-        from pfedwn_jax.algorithms import get_algorithm, make_hparams
-
         return make_hparams(get_algorithm(alg), overrides)
 
     # ------------------------------------------------------------------ derived values
@@ -174,8 +132,6 @@ class ExperimentConfig:
     @property
     def method_names(self) -> tuple[str, ...]:
         """The algorithms to run (every registered one when `algorithms` is empty)."""
-        from pfedwn_jax.algorithms import available_algorithms
-
         return self.algorithms or available_algorithms()
 
     def hparams_for(self, alg: str) -> Any:
@@ -196,7 +152,9 @@ class ExperimentConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ExperimentConfig:
         """Build from a dict; unknown keys are a ValueError listing the allowed ones."""
-        unknown = sorted(set(data) - set(cls.field_names()))
+        if not isinstance(data, Mapping):
+            raise ValueError(f"config must be a table of ExperimentConfig fields; got {data!r}")
+        unknown = sorted(set(data) - set(cls.field_names()), key=str)
         if unknown:
             raise ValueError(
                 f"config: unknown field(s) {unknown}; allowed: {list(cls.field_names())}"
@@ -223,3 +181,128 @@ class ExperimentConfig:
     def replace(self, **changes: Any) -> ExperimentConfig:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
+
+
+# ---------------------------------------------------------------------------- field checks
+def _optional_str(name: str, value: Any) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ValueError(f"{name} must be a non-empty string or None; got {value!r}")
+    return value
+
+
+def _check_data(cfg: ExperimentConfig) -> dict[str, Any]:
+    """Checked data fields: dataset, data_dir, partition, alpha, train_frac, data_seed."""
+    return {
+        "dataset": _optional_str("dataset", cfg.dataset),
+        "data_dir": _optional_str("data_dir", cfg.data_dir),
+        "partition": check_choice("partition", cfg.partition, SCHEMES),
+        "alpha": check_float("alpha", cfg.alpha, 0.0, low_inclusive=False),
+        "train_frac": check_float(
+            "train_frac", cfg.train_frac, 0.0, 1.0, low_inclusive=False, high_inclusive=False
+        ),
+        "data_seed": None if cfg.data_seed is None else check_seed("data_seed", cfg.data_seed),
+    }
+
+
+def _check_algorithms(algorithms: Any) -> tuple[str, ...]:
+    """Registered, distinct names; a string is split at commas and must name one at least."""
+    registered = list(available_algorithms())
+    if isinstance(algorithms, str):
+        names = tuple(a.strip() for a in algorithms.split(",") if a.strip())
+        if not names:
+            raise ValueError(
+                f"algorithms: no algorithm named in {algorithms!r}; available: {registered}"
+            )
+    elif isinstance(algorithms, list | tuple):
+        names = tuple(algorithms)
+    else:
+        raise ValueError(
+            f"algorithms must be a list of names or a comma-separated string; got {algorithms!r}"
+        )
+    for alg in names:
+        if not isinstance(alg, str) or alg not in registered:
+            raise ValueError(f"algorithms: unknown algorithm {alg!r}; available: {registered}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"algorithms must not repeat a name; got {list(names)}")
+    return names
+
+
+def _check_methods(model: Any, algorithms: Any, hparams: Any) -> dict[str, Any]:
+    """Checked model, algorithms and hparams (each override stored as its dataclass has it)."""
+    registered = list(available_algorithms())
+    hparams = {} if hparams is None else hparams
+    if not isinstance(hparams, Mapping):
+        raise ValueError(
+            "hparams must map algorithm names to tables of overrides, e.g. "
+            f"{{'fedprox': {{'mu': 0.1}}}}; got {hparams!r}"
+        )
+    checked = {}
+    for alg, overrides in hparams.items():
+        if alg not in registered:
+            raise ValueError(f"hparams: unknown algorithm {alg!r}; available: {registered}")
+        hp = make_hparams(get_algorithm(alg), overrides)
+        checked[alg] = {k: getattr(hp, k) for k in overrides}
+    return {
+        "model": check_choice("model", model, available_models()),
+        "algorithms": _check_algorithms(algorithms),
+        "hparams": checked,
+    }
+
+
+def _check_training(cfg: ExperimentConfig) -> dict[str, Any]:
+    """Checked training fields: rounds, epochs/steps, batch size, lr, momentum, seed."""
+    steps = cfg.local_steps
+    return {
+        "rounds": check_int("rounds", cfg.rounds, 1, INT32_MAX),
+        "local_epochs": check_int("local_epochs", cfg.local_epochs, 1, INT32_MAX),
+        "local_steps": None if steps is None else check_int("local_steps", steps, 1, INT32_MAX),
+        "batch_size": check_int("batch_size", cfg.batch_size, 1, INT32_MAX),
+        "lr": check_float("lr", cfg.lr, 0.0, low_inclusive=False),
+        "momentum": check_float("momentum", cfg.momentum, 0.0, 1.0, high_inclusive=False),
+        "seed": check_seed("seed", cfg.seed),
+    }
+
+
+def _check_network(cfg: ExperimentConfig) -> dict[str, Any]:
+    """Checked wireless fields: mode, network size, thresholds, topology, target, channel."""
+    n = check_int("num_neighbors", cfg.num_neighbors, 1, MAX_NEIGHBORS)
+    target = cfg.target
+    if isinstance(target, str):
+        if target != "random":
+            raise ValueError(f"target must be an integer in [0, {n}] or 'random'; got {target!r}")
+    else:
+        target = check_int("target", target, 0, n)
+    return {
+        "mode": check_choice("mode", cfg.mode, MODES),
+        "num_neighbors": n,
+        "gamma_th": check_float("gamma_th", cfg.gamma_th, 0.0, low_inclusive=False),
+        "eps": check_float("eps", cfg.eps, 0.0, 1.0, low_inclusive=False, high_inclusive=False),
+        "moments": check_choice("moments", cfg.moments, MOMENT_MODES),
+        "topology_seed": check_seed("topology_seed", cfg.topology_seed),
+        "target": target,
+        "channel": _check_channel(cfg.channel),
+    }
+
+
+def _check_channel(channel: Any) -> dict[str, Any]:
+    """Checked `ChannelParams` overrides: known fields, one finite number each, in range."""
+    channel = {} if channel is None else channel
+    if not isinstance(channel, Mapping):
+        raise ValueError(
+            f"channel must map ChannelParams fields to numbers, e.g. "
+            f"{{'num_subchannels': 20}}; got {channel!r}"
+        )
+    defaults = {f.name: f.default for f in dataclasses.fields(ChannelParams)}
+    checked = {}
+    for key, value in channel.items():
+        if key not in defaults:
+            raise ValueError(
+                f"channel.{key}: unknown ChannelParams field; allowed: {sorted(defaults)}"
+            )
+        check = check_int if isinstance(defaults[key], int) else check_float
+        checked[key] = check(f"channel.{key}", value)
+    try:
+        ChannelParams(**checked)  # the physical ranges (positive powers, >= 1 sub-channel...)
+    except ValueError as e:
+        raise ValueError(str(e).replace("ChannelParams.", "channel.")) from None
+    return checked
