@@ -18,7 +18,7 @@ one warm-up round, then timed rotations alternate them (engine, loop, bigbatch, 
 machine's drift hits all alike. A timing spans enough rounds to last >= `--min-timed-s` (small
 cases are not timer noise). Rotations: at least `--repeats`, more while they fit in
 `--budget-s`; where every first round lasts >= `--long-round-s`, it counts as the first timing
-(its one-off costs are negligible there; the programs are compiled beforehand).
+(its one-off costs are negligible there: every method is compiled and primed beforehand).
 
 Reports per method samples/s (median timing), compile time, memory of the compiled program
 (arguments + outputs + temporaries, from XLA's `memory_analysis`; for the loop its largest
@@ -31,8 +31,18 @@ rotations. The JSON (`--out`) holds the machine, date, versions and every raw ti
     python benchmarks/bench_engine.py --preset ratios --torch-python /work/wt/torchvenv/bin/python
 
 `--preset ratios` measures the ratios `benchmarks/RESULTS.md` quotes (MLP and CNN, N = 10 and
-100, every method) in about 6 minutes on an idle 2-core machine, writing
-`runs/bench_engine_ratios_<UTC time>.json` unless `--out` is given.
+100, every method; 2 rotations at least, more while they fit in 12 s) in about 5-6 minutes on
+an idle 2-core machine, CNN N = 100 alone about 3.5 (50 s of loop compiles, 75 s a rotation).
+It writes `runs/bench_engine_ratios_<UTC time>.json` unless `--out` is given.
+
+JSON: `started`, `finished`, `wall_s`, `settings` (the options), `machine` (cpu, cores, memory,
+host, load average, python, package versions, commit and whether the tree was dirty), `cases`:
+one per (model, N) with `model`, `clients`, per method (`engine`, `loop`, `bigbatch`, `torch`)
+`samples`, `compile_s`, `program_mib`, `prime_s`, `first_round_s`, `rounds_per_timing`,
+`rounds_s` (seconds per round of every timing), `round_s` (median), `samples_per_s` (torch:
+its version, threads, `startup_s`; or `error` and `note` when it could not run), `ratios`
+(`"engine/loop"`, ...: `median`, `min`, `max`, `values` per rotation), `rotations`,
+`first_round_counted`, `data`, `process_peak_rss_mib`, `started`, `load_avg`, `wall_s`.
 """
 
 from __future__ import annotations
@@ -73,7 +83,7 @@ PRESETS = {
         "clients": "10,100",
         "methods": ",".join(JAX_METHODS),
         "repeats": 2,
-        "budget_s": 18.0,
+        "budget_s": 12.0,
         "min_timed_s": 0.5,
         "long_round_s": 5.0,
     }
@@ -96,13 +106,18 @@ def plan(
     return inner, total - counted, counted
 
 
-def rotate(methods: dict[str, Method], inner: dict[str, int], count: int) -> dict[str, list]:
+def rotate(ready: dict[str, Method], inner: dict[str, int], count: int, notes: dict) -> dict:
     """`count` rotations of every method in turn (A B C A B C ...); seconds per round of each
-    timing, `[count]` per method. Round 0 was the warm-up."""
-    times: dict[str, list[float]] = {m: [] for m in methods}
+    timing, `[count]` per method. Round 0 was the warm-up. A torch worker that dies is
+    dropped with a note."""
+    times: dict[str, list[float]] = {m: [] for m in ready}
     for r in range(count):
-        for m, method in methods.items():
-            times[m].append(method.timed(1 + r * inner[m], inner[m]) / inner[m])
+        for m in list(ready):
+            try:
+                times[m].append(ready[m].timed(1 + r * inner[m], inner[m]) / inner[m])
+            except TorchUnavailable as e:
+                drop(ready, notes, m, e)
+                del times[m]
     return times
 
 
@@ -146,19 +161,28 @@ def setup_all(case, methods: list[str], torch_python: str | None) -> tuple[dict,
         ready["torch"] = setup_torch(case.model_name, case.num_clients, torch_python)
         return ready, {}
     except TorchUnavailable as e:
-        return ready, {"torch": {"error": str(e), "note": "torch column skipped"}}
+        return ready, {"torch": skipped(e)}
+
+
+def skipped(error: Exception) -> dict:
+    """What the JSON holds in place of a torch worker that could not run."""
+    return {"error": str(error), "note": "torch column skipped"}
+
+
+def drop(ready: dict[str, Method], notes: dict, m: str, error: Exception) -> None:
+    """Stop method `m` (the torch worker) and leave a note in its place."""
+    ready.pop(m).close()
+    notes[m] = skipped(error)
 
 
 def first_rounds(ready: dict[str, Method], notes: dict) -> dict[str, float]:
-    """Round 0 of each method in turn (the warm-up); a torch worker that fails there is
-    dropped with a note."""
+    """Round 0 of each method in turn (the warm-up); a torch worker that fails is dropped."""
     first = {}
     for m in list(ready):
         try:
             first[m] = ready[m].timed(0, 1)
         except TorchUnavailable as e:
-            ready.pop(m).close()
-            notes[m] = {"error": str(e), "note": "torch column skipped"}
+            drop(ready, notes, m, e)
     return first
 
 
@@ -172,7 +196,7 @@ def run_case(model_name: str, num_clients: int, methods: list[str], args) -> dic
         first = first_rounds(ready, notes)
         limits = (args.repeats, args.budget_s, args.min_timed_s, args.long_round_s)
         inner, count, counted = plan(first, *limits)
-        times = rotate(ready, inner, count)
+        times = rotate(ready, inner, count, notes)
     finally:
         for method in ready.values():
             method.close()

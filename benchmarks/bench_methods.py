@@ -8,6 +8,7 @@ waits on its stdin between requests, so it can be timed between the JAX methods.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import tempfile
@@ -310,7 +311,8 @@ class TorchUnavailable(RuntimeError):
 def setup_torch(model_name: str, num_clients: int, torch_python: str) -> Method:
     """Start `bench_torch_loop.py --serve` in `torch_python` and wait until its data is ready.
 
-    Raises `TorchUnavailable` with the worker's last error line when it does not start.
+    Raises `TorchUnavailable` with the worker's last error line when it does not start (or,
+    from `timed`, when it dies).
     """
     cmd = [torch_python, str(TORCH_SCRIPT), "--serve", "--model", model_name]
     cmd += ["--clients", str(num_clients)]
@@ -330,17 +332,21 @@ def setup_torch(model_name: str, num_clients: int, torch_python: str) -> Method:
         return lines[-1] if lines else f"exit status {proc.poll()}"
 
     def request(line: str | None) -> dict:
-        if line is not None:
-            proc.stdin.write(line + "\n")
-            proc.stdin.flush()
-        reply = proc.stdout.readline()
+        try:
+            if line is not None:
+                proc.stdin.write(line + "\n")
+                proc.stdin.flush()
+            reply = proc.stdout.readline()
+        except BrokenPipeError:
+            reply = ""
         if not reply:
             proc.wait()
             raise TorchUnavailable(last_error())
         return json.loads(reply)
 
     def close() -> None:
-        proc.stdin.close()
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.close()
         proc.wait()
         errors.close()
 
