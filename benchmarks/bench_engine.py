@@ -1,7 +1,7 @@
 """One FedAvg round (1 local epoch, batch 32): the engine vs a Python loop vs one big batch.
 
 Cases: N clients with sample counts drawn uniformly in 64..600 (seed 0) from real MNIST
-images, for the MLP and the CNN. Three executions of the same arithmetic, side by side:
+images, for the MLP and the CNN. Executions of the same arithmetic (`bench_methods.py`):
 
 - engine:   `local_train` over all N stacked slots + weighted average, one jitted program.
 - loop:     a Python loop over clients calling a jitted per-client epoch (one compiled program
@@ -9,17 +9,40 @@ images, for the MLP and the CNN. Three executions of the same arithmetic, side b
             execution model of existing JAX FL libraries.
 - bigbatch: one model trained on all the same samples at batch 32*N (the hardware's best case
             for the same number of sample-gradients).
+- torch:    with `--torch-python PY`, the PyTorch per-client loop (`bench_torch_loop.py`) in
+            that interpreter: a worker process the case starts once and asks for rounds.
 
-Each (model, N) case runs in its own subprocess; inside it the three methods are compiled, then
-their timed rounds are interleaved (engine, loop, bigbatch, engine, ...) so the machine's drift
-hits all alike. Reports samples/s (median of `--repeats` timings after one warm-up round; a
-timing spans enough rounds to last >= 1 s, so small cases are not timer noise), compile
-time, memory of the compiled program (arguments + outputs + temporaries, from XLA's
-`memory_analysis`; for the loop its largest per-client program) and the case's process peak
-RSS (`ru_maxrss`, which includes the ~N*600*784 bytes of client data).
+Each (model, N) case runs in its own subprocess; inside it the methods are compiled, each runs
+one warm-up round, then timed rotations alternate them (engine, loop, bigbatch, torch, engine,
+...), so every ratio is computed rotation by rotation from timings taken side by side, and the
+machine's drift hits all alike. A timing spans enough rounds to last >= `--min-timed-s` (small
+cases are not timer noise). Rotations: at least `--repeats`, more while they fit in
+`--budget-s`; where every first round lasts >= `--long-round-s`, it counts as the first timing
+(its one-off costs are negligible there: every method is compiled and primed beforehand).
 
-    python benchmarks/bench_engine.py                                  # all cases, table + JSON
+Reports per method samples/s (median timing), compile time, memory of the compiled program
+(arguments + outputs + temporaries, from XLA's `memory_analysis`; for the loop its largest
+per-client program) and the case's process peak RSS (`ru_maxrss`, which includes the
+~N*600*784 bytes of client data); per ratio (engine / other) the median and range over the
+rotations. The JSON (`--out`) holds the machine, date, versions and every raw timing.
+
+    python benchmarks/bench_engine.py                                  # all cases, table
     python benchmarks/bench_engine.py --model cnn --clients 100 --json # one case, one JSON object
+    python benchmarks/bench_engine.py --preset ratios --torch-python /work/wt/torchvenv/bin/python
+
+`--preset ratios` measures the ratios `benchmarks/RESULTS.md` quotes (MLP and CNN, N = 10 and
+100, every method; 2 rotations at least, more while they fit in 12 s) in about 5-6 minutes on
+an idle 2-core machine, CNN N = 100 alone about 3.5 (50 s of loop compiles, 75 s a rotation).
+It writes `runs/bench_engine_ratios_<UTC time>.json` unless `--out` is given.
+
+JSON: `started`, `finished`, `wall_s`, `settings` (the options), `machine` (cpu, cores, memory,
+host, load average, python, package versions, commit and whether the tree was dirty), `cases`:
+one per (model, N) with `model`, `clients`, per method (`engine`, `loop`, `bigbatch`, `torch`)
+`samples`, `compile_s`, `program_mib`, `prime_s`, `first_round_s`, `rounds_per_timing`,
+`rounds_s` (seconds per round of every timing), `round_s` (median), `samples_per_s` (torch:
+its version, threads, `startup_s`; or `error` and `note` when it could not run), `ratios`
+(`"engine/loop"`, ...: `median`, `min`, `max`, `values` per rotation), `rotations`,
+`first_round_counted`, `data`, `process_peak_rss_mib`, `started`, `load_avg`, `wall_s`.
 """
 
 from __future__ import annotations
@@ -30,297 +53,185 @@ import math
 import os
 import platform
 import resource
+import statistics
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
+from importlib import metadata
 from pathlib import Path
 
-METHODS = ("engine", "loop", "bigbatch")
-MIN_TIMED_S = 1.0  # each timing covers at least this long (several rounds when N is small)
-DATA_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
-BATCH = 32
+import jax
+from bench_methods import (
+    JAX_METHODS,
+    Method,
+    TorchUnavailable,
+    make_case,
+    make_data,
+    setup_method,
+    setup_torch,
+)
+
+from pfedwn_jax.devices import usable_cores, use_cpu_devices
+from pfedwn_jax.experiment.io import atomic_write_with
+
+REPO = Path(__file__).resolve().parents[1]
+METHODS = (*JAX_METHODS, "torch")
+PRESETS = {
+    "ratios": {
+        "model": "all",
+        "clients": "10,100",
+        "methods": ",".join(JAX_METHODS),
+        "repeats": 2,
+        "budget_s": 12.0,
+        "min_timed_s": 0.5,
+        "long_round_s": 5.0,
+    }
+}
 
 
-def client_counts(num_clients: int):
-    import numpy as np
-
-    return np.random.default_rng(0).integers(64, 601, num_clients)
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def make_data(num_clients: int):
-    """Stacked ClientData of real MNIST images (cycled when N*600 exceeds the file)."""
-    import jax.numpy as jnp
-    import numpy as np
-
-    from pfedwn_jax.data.client_data import ClientData
-
-    counts = client_counts(num_clients)
-    max_samples = 600
-    for name in ("mnist.npz", "mnist_10k_2k.npz"):
-        if (DATA_DIR / name).exists():
-            raw = np.load(DATA_DIR / name)
-            images, labels = raw["x_train"], raw["y_train"].astype(np.int32)
-            break
-    else:  # keeps the benchmark runnable without the data folder (timings are the same)
-        rng = np.random.default_rng(0)
-        images = rng.integers(0, 256, (10000, 28, 28), dtype=np.uint8)
-        labels = rng.integers(0, 10, 10000).astype(np.int32)
-    offsets = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    pos = (offsets[:, None] + np.arange(max_samples)[None, :]) % len(images)
-    mask = np.arange(max_samples)[None, :] < counts[:, None]
-    x = np.where(mask[..., None, None], images[pos], 0)[..., None]
-    y = np.where(mask, labels[pos], 0)
-    return ClientData(
-        jnp.asarray(x), jnp.asarray(y), jnp.asarray(mask), jnp.asarray(counts, jnp.int32)
-    )
+def plan(
+    first: dict[str, float], repeats: int, budget_s: float, min_timed_s: float, long_round_s: float
+) -> tuple[dict[str, int], int, bool]:
+    """From each method's first round (s): rounds per timing (a timing lasts >= `min_timed_s`),
+    timed rotations still to run, and whether the first rotation counts as a timing."""
+    inner = {m: max(1, math.ceil(min_timed_s / max(t, 1e-6))) for m, t in first.items()}
+    counted = min(first.values()) >= long_round_s
+    rotation_s = sum(first[m] * inner[m] for m in first)
+    total = max(repeats, int(budget_s // rotation_s))
+    return inner, total - counted, counted
 
 
-def _block(tree):
-    import jax
-
-    return jax.block_until_ready(tree)
-
-
-def _compiled_mib(compiled) -> float | None:
-    """Device memory of one compiled program: arguments + outputs + temporaries (MiB)."""
-    try:
-        m = compiled.memory_analysis()
-        total = (
-            m.argument_size_in_bytes
-            + m.output_size_in_bytes
-            + m.temp_size_in_bytes
-            - m.alias_size_in_bytes
-        )
-        return total / 2**20
-    except Exception:  # not every backend reports it
-        return None
+def rotate(ready: dict[str, Method], inner: dict[str, int], count: int, notes: dict) -> dict:
+    """`count` rotations of every method in turn (A B C A B C ...); seconds per round of each
+    timing, `[count]` per method. Round 0 was the warm-up. A torch worker that dies is
+    dropped with a note."""
+    times: dict[str, list[float]] = {m: [] for m in ready}
+    for r in range(count):
+        for m in list(ready):
+            try:
+                times[m].append(ready[m].timed(1 + r * inner[m], inner[m]) / inner[m])
+            except TorchUnavailable as e:
+                drop(ready, notes, m, e)
+                del times[m]
+    return times
 
 
-def setup_method(
-    model_name: str, num_clients: int, method: str, data, strategy: str, chunk_size: int | None
-) -> dict:
-    """Compile one method's FedAvg round; returns its round closure and static figures."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-    import optax
+def summarize(method: Method, first_s: float, rounds_s: list[float], inner: int) -> dict:
+    """One method's figures and raw timings; samples/s from the median timing."""
+    round_s = statistics.median(rounds_s)
+    return {
+        "samples": method.samples,
+        **method.figures,
+        "first_round_s": first_s,
+        "rounds_per_timing": inner,
+        "rounds_s": rounds_s,
+        "round_s": round_s,
+        "samples_per_s": method.samples / round_s,
+    }
 
-    from pfedwn_jax.data.batching import epoch_indices, steps_per_epoch
-    from pfedwn_jax.engine import ClientState, init_client_state, local_train
-    from pfedwn_jax.engine.losses import weighted_ce
-    from pfedwn_jax.engine.tree import broadcast_slots
-    from pfedwn_jax.models import get_model
 
-    counts = np.asarray(data.count)
-    total = int(counts.sum())
-    weights = jnp.asarray(counts / counts.sum(), jnp.float32)
-    model = get_model(model_name, 10, (28, 28, 1))
-    opt = optax.sgd(0.05)
-    key = jax.random.key(0)
-    out: dict = {"samples": total}
-
-    def average(params):
-        return jax.tree.map(lambda a: jnp.tensordot(weights, a, axes=1), params)
-
-    if method == "engine":
-
-        def fedavg_round(state, data, key):
-            state, _ = local_train(
-                model,
-                opt,
-                state,
-                data,
-                jnp.arange(num_clients),
-                key,
-                batch_size=BATCH,
-                strategy=strategy,
-                chunk_size=chunk_size,
-            )
-            params = broadcast_slots(average(state.params), num_clients)
-            return ClientState(params, state.opt_state)
-
-        from pfedwn_jax.engine import constrain_slots, put_slots, replicate
-
-        def fedavg_round_placed(state, data, key):
-            return constrain_slots(fedavg_round(state, data, key), num_clients)
-
-        box = {"state": put_slots(init_client_state(model, opt, key, num_clients), num_clients)}
-        data = replicate(data, num_clients)
-        fn = jax.jit(fedavg_round_placed, donate_argnums=0)
-        t0 = time.perf_counter()
-        compiled = fn.lower(box["state"], data, key).compile()
-        out["compile_s"] = time.perf_counter() - t0
-        out["program_mib"] = _compiled_mib(compiled)
-
-        def run(r):
-            box["state"] = _block(compiled(box["state"], data, jax.random.fold_in(key, r)))
-
-        from pfedwn_jax.engine.sharding import resolve_shards
-        from pfedwn_jax.engine.strategy import resolve_strategy
-
-        out["strategy"] = list(resolve_strategy(strategy, chunk_size, num_clients))
-        out["shards"] = resolve_shards(None, num_clients)
-
-    elif method == "loop":
-        box = {"params": model.init(key)}
-
-        def epoch(global_params, acc, x, y, idx, valid, w):
-            """One client's epoch of SGD from the global model; adds w * result to acc."""
-
-            def step(p, batch):
-                i, v = batch
-                loss = lambda p: weighted_ce(
-                    model.apply(p, x[i]), y[i], v.astype(jnp.float32), jnp.sum(v)
-                )
-                g = jax.grad(loss)(p)
-                upd, _ = opt.update(g, opt.init(p), p)
-                return optax.apply_updates(p, upd), None
-
-            p, _ = jax.lax.scan(step, global_params, (idx, valid))
-            return jax.tree.map(lambda a, b: a + w * b, acc, p)
-
-        epoch_jit = jax.jit(epoch, donate_argnums=1)
-        spe = steps_per_epoch(int(counts.max()), BATCH)
-        # per-client datasets held separately, as FL libraries hold them (not timed)
-        xs = [data.x[n] for n in range(num_clients)]
-        ys = [data.y[n] for n in range(num_clients)]
-        ws = [float(w) for w in np.asarray(weights)]
-        # compile time: one program per distinct step count, as the loop pays it
-        t0 = time.perf_counter()
-        acc0 = jax.tree.map(jnp.zeros_like, box["params"])
-        mems = []
-        for t_n in sorted({-(-int(c) // BATCH) for c in counts}):
-            c = epoch_jit.lower(
-                box["params"],
-                acc0,
-                xs[0],
-                ys[0],
-                np.zeros((t_n, BATCH), np.int32),
-                np.zeros((t_n, BATCH), bool),
-                ws[0],
-            ).compile()
-            mems.append(_compiled_mib(c) or 0.0)
-        out["compile_s"] = time.perf_counter() - t0
-        out["program_mib"] = max(mems)
-
-        def run(r):
-            idx, valid = epoch_indices(
-                jax.random.fold_in(key, r), data.count, data.max_samples, BATCH, spe
-            )
-            idx, valid = np.asarray(idx), np.asarray(valid)
-            params = box["params"]
-            acc = jax.tree.map(jnp.zeros_like, params)
-            for n in range(num_clients):
-                t_n = -(-int(counts[n]) // BATCH)
-                acc = epoch_jit(params, acc, xs[n], ys[n], idx[n, :t_n], valid[n, :t_n], ws[n])
-            box["params"] = _block(acc)
-
-    elif method == "bigbatch":
-        box = {"params": model.init(key)}
-        flat_x = data.x[data.mask]
-        flat_y = data.y[data.mask]
-        big = BATCH * num_clients
-        steps = -(-total // big)
-
-        def train(params, x, y, key):
-            perm = jax.random.permutation(key, steps * big) % total
-
-            def step(p, i):
-                idx = jax.lax.dynamic_slice(perm, (i * big,), (big,))
-                g = jax.grad(
-                    lambda p: weighted_ce(model.apply(p, x[idx]), y[idx], jnp.ones(big), big)
-                )(p)
-                upd, _ = opt.update(g, opt.init(p), p)
-                return optax.apply_updates(p, upd), None
-
-            p, _ = jax.lax.scan(step, params, jnp.arange(steps))
-            return p
-
-        fn = jax.jit(train, donate_argnums=0)
-        t0 = time.perf_counter()
-        compiled = fn.lower(box["params"], flat_x, flat_y, key).compile()
-        out["compile_s"] = time.perf_counter() - t0
-        out["program_mib"] = _compiled_mib(compiled)
-
-        def run(r):
-            box["params"] = _block(
-                compiled(box["params"], flat_x, flat_y, jax.random.fold_in(key, r))
-            )
-
-        out["samples"] = steps * big  # it processes whole batches
-    else:
-        raise ValueError(f"method must be one of {METHODS}; got {method!r}")
-    out["run"] = run
+def ratio_stats(summary: dict[str, dict]) -> dict[str, dict]:
+    """samples/s of the first method over each other's, rotation by rotation: median, range."""
+    base, *others = summary
+    sps = {m: [s["samples"] / t for t in s["rounds_s"]] for m, s in summary.items()}
+    out = {}
+    for m in others:
+        values = [a / b for a, b in zip(sps[base], sps[m], strict=True)]
+        out[f"{base}/{m}"] = {
+            "median": statistics.median(values),
+            "min": min(values),
+            "max": max(values),
+            "values": values,
+        }
     return out
 
 
-def run_case(
-    model_name: str,
-    num_clients: int,
-    methods: list[str],
-    repeats: int,
-    strategy: str,
-    chunk_size: int | None,
-) -> dict:
-    """All methods of one (model, N) in this process, timed rounds interleaved.
+def setup_all(case, methods: list[str], torch_python: str | None) -> tuple[dict, dict]:
+    """Compile the JAX methods and start the torch worker; returns them and, if the worker
+    could not start, a note for the JSON in its place."""
+    ready = {m: setup_method(case, m) for m in methods}
+    if not torch_python:
+        return ready, {}
+    try:
+        ready["torch"] = setup_torch(case.model_name, case.num_clients, torch_python)
+        return ready, {}
+    except TorchUnavailable as e:
+        return ready, {"torch": skipped(e)}
 
-    One warm-up round each, then `repeats` rounds of engine, loop, bigbatch, engine, ... so that
-    the machine's drift hits every method alike; samples/s is from the median round.
-    """
-    import jax
 
-    data = make_data(num_clients)
-    cases = {
-        m: setup_method(model_name, num_clients, m, data, strategy, chunk_size) for m in methods
+def skipped(error: Exception) -> dict:
+    """What the JSON holds in place of a torch worker that could not run."""
+    return {"error": str(error), "note": "torch column skipped"}
+
+
+def drop(ready: dict[str, Method], notes: dict, m: str, error: Exception) -> None:
+    """Stop method `m` (the torch worker) and leave a note in its place."""
+    ready.pop(m).close()
+    notes[m] = skipped(error)
+
+
+def first_rounds(ready: dict[str, Method], notes: dict) -> dict[str, float]:
+    """Round 0 of each method in turn (the warm-up); a torch worker that fails is dropped."""
+    first = {}
+    for m in list(ready):
+        try:
+            first[m] = ready[m].timed(0, 1)
+        except TorchUnavailable as e:
+            drop(ready, notes, m, e)
+    return first
+
+
+def run_case(model_name: str, num_clients: int, methods: list[str], args) -> dict:
+    """All methods of one (model, N) in this process: warm-up, then interleaved rotations."""
+    started, load_before, t0 = now(), os.getloadavg(), time.perf_counter()
+    data, source = make_data(num_clients)
+    case = make_case(model_name, data, args.strategy, args.chunk_size)
+    ready, notes = setup_all(case, methods, args.torch_python)
+    try:
+        first = first_rounds(ready, notes)
+        limits = (args.repeats, args.budget_s, args.min_timed_s, args.long_round_s)
+        inner, count, counted = plan(first, *limits)
+        times = rotate(ready, inner, count, notes)
+    finally:
+        for method in ready.values():
+            method.close()
+    if counted:
+        times = {m: [first[m], *t] for m, t in times.items()}
+    summary = {m: summarize(ready[m], first[m], times[m], inner[m]) for m in ready}
+    return {
+        **summary,
+        **notes,
+        "ratios": ratio_stats(summary),
+        "rotations": len(times[methods[0]]),
+        "first_round_counted": counted,
+        "data": source,
+        "process_peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "backend": jax.default_backend(),
+        "started": started,
+        "load_avg": {"before": load_before, "after": os.getloadavg()},
+        "wall_s": time.perf_counter() - t0,
     }
-    times: dict[str, list[float]] = {m: [] for m in methods}
-    for m in methods:  # warm-up round
-        t0 = time.perf_counter()
-        cases[m]["run"](0)
-        times[m].append(time.perf_counter() - t0)
-    # short rounds (small N) are timed in batches of `inner` rounds of >= MIN_TIMED_S together
-    inner = {m: max(1, math.ceil(MIN_TIMED_S / max(times[m][0], 1e-6))) for m in methods}
-    for r in range(repeats):
-        for m in methods:
-            t0 = time.perf_counter()
-            for i in range(inner[m]):
-                cases[m]["run"](1 + r * inner[m] + i)
-            times[m].append((time.perf_counter() - t0) / inner[m])
-    result = {}
-    for m in methods:
-        res = {k: v for k, v in cases[m].items() if k != "run"}
-        steady = sorted(times[m][1:])
-        res["round_s"] = steady[len(steady) // 2]
-        res["rounds_s"] = times[m]
-        res["rounds_per_timing"] = inner[m]
-        res["samples_per_s"] = res["samples"] / res["round_s"]
-        result[m] = res
-    result["process_peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    result["backend"] = jax.default_backend()
-    return result
+
+
+def case_command(model: str, clients: int, args) -> list[str]:
+    """The command line of one case's subprocess (`--case`)."""
+    cmd = [sys.executable, __file__, "--case", "--model", model, "--clients", str(clients)]
+    for flag in ("methods", "repeats", "budget_s", "min_timed_s", "long_round_s", "strategy"):
+        cmd += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
+    for flag in ("chunk_size", "cpu_devices", "torch_python"):
+        if getattr(args, flag):
+            cmd += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
+    return cmd
 
 
 def run_in_subprocess(model: str, clients: int, methods: list[str], args) -> dict:
     """One (model, N) case in a fresh process (so its peak RSS is its own)."""
-    cmd = [
-        sys.executable,
-        __file__,
-        "--case",
-        "--model",
-        model,
-        "--clients",
-        str(clients),
-        "--methods",
-        ",".join(methods),
-        "--repeats",
-        str(args.repeats),
-        "--strategy",
-        args.strategy,
-    ]
-    if args.chunk_size:
-        cmd += ["--chunk-size", str(args.chunk_size)]
-    if args.cpu_devices:
-        cmd += ["--cpu-devices", str(args.cpu_devices)]
+    cmd = case_command(model, clients, args)
     try:
         proc = subprocess.run(
             cmd, capture_output=True, text=True, timeout=args.timeout, check=False
@@ -333,50 +244,71 @@ def run_in_subprocess(model: str, clients: int, methods: list[str], args) -> dic
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def run_torch(model: str, clients: int, args) -> dict:
-    """The PyTorch per-client loop (`bench_torch_loop.py`) in `--torch-python`, right after
-    the JAX case on the same machine (not interleaved: it is another process)."""
-    script = Path(__file__).with_name("bench_torch_loop.py")
-    cmd = [args.torch_python, str(script), "--model", model, "--clients", str(clients)]
-    cmd += ["--repeats", str(args.repeats)]
+def _git(*cmd: str) -> str:
     try:
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=args.timeout, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return {"error": str(e)}
-    if proc.returncode != 0:
-        return {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1]}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+        out = subprocess.run(["git", "-C", str(REPO), *cmd], capture_output=True, text=True)
+        return out.stdout.strip()
+    except OSError:
+        return ""
 
 
-def machine() -> dict:
-    import jax
-
-    cpu = platform.processor()
+def _cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return platform.processor()
+
+
+def _mem_total_gib() -> float | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def machine() -> dict:
+    """The host, its load now, the package versions and the commit measured."""
+    versions = {}
+    for package in ("jax", "jaxlib", "numpy", "optax", "flax"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
     return {
-        "cpu": cpu,
+        "cpu": _cpu_model(),
         "cores": os.cpu_count(),
+        "usable_cores": usable_cores(),
+        "mem_gib": _mem_total_gib(),
+        "host": platform.node(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
         "backend": jax.default_backend(),
         "device": str(jax.devices()[0]),
-        "jax": jax.__version__,
-        "python": platform.python_version(),
+        "versions": versions,
+        "commit": _git("rev-parse", "HEAD"),
+        "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "load_avg": os.getloadavg(),
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--preset", default=None, choices=sorted(PRESETS), help="named settings")
     p.add_argument("--model", default="all", choices=["all", "mlp", "cnn"])
     p.add_argument("--clients", default="10,100,1000", help="comma-separated N values")
-    p.add_argument("--methods", default=",".join(METHODS))
-    p.add_argument("--repeats", type=int, default=3, help="timed rounds after the warm-up")
+    p.add_argument("--methods", default=",".join(JAX_METHODS), help="JAX methods, first = base")
+    p.add_argument("--repeats", type=int, default=3, help="timings per method, at least")
+    p.add_argument("--budget-s", type=float, default=0.0, help="more rotations while they fit")
+    p.add_argument("--min-timed-s", type=float, default=1.0, help="each timing lasts >= this")
+    p.add_argument(
+        "--long-round-s",
+        type=float,
+        default=math.inf,
+        help="first rounds this long count as timings (default: never)",
+    )
     p.add_argument("--strategy", default="auto", help="engine execution strategy")
     p.add_argument("--chunk-size", type=int, default=None)
     p.add_argument(
@@ -389,85 +321,94 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--torch-python",
         default=None,
-        help="an interpreter with torch: also run the PyTorch per-client loop "
-        "(bench_torch_loop.py) after each case",
+        help="an interpreter with torch: also time the PyTorch per-client loop "
+        "(bench_torch_loop.py), interleaved with the JAX methods",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object and nothing else")
     p.add_argument("--out", default=None, help="also write all results to this JSON file")
     p.add_argument("--case", action="store_true", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+    return p
 
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Options, a preset's values where the command line does not give them; checked."""
+    p = parser()
+    args = p.parse_args(argv)
+    if args.preset:
+        p.set_defaults(**PRESETS[args.preset])
+        args = p.parse_args(argv)
+        if args.out is None and not args.case:
+            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+            args.out = str(REPO / "runs" / f"bench_engine_{args.preset}_{stamp}.json")
+    bad = [m for m in args.methods.split(",") if m not in JAX_METHODS]
+    if bad or not args.methods:
+        p.error(f"--methods: {args.methods!r}; allowed: comma-separated {', '.join(JAX_METHODS)}")
+    if args.repeats < 1:
+        p.error(f"--repeats must be >= 1; got {args.repeats}")
+    return args
+
+
+def write_json(path: str, results: dict) -> None:
+    text = json.dumps(results, indent=1).encode()
+    atomic_write_with(path, lambda f: f.write(text))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     models = ["mlp", "cnn"] if args.model == "all" else [args.model]
     clients = [int(c) for c in args.clients.split(",")]
-    methods = [m for m in args.methods.split(",") if m]
+    methods = args.methods.split(",")
     if args.case:  # internal: one (model, N) case measured in this process
-        from pfedwn_jax.devices import use_cpu_devices
-
         use_cpu_devices(args.cpu_devices)  # before any JAX computation of this process
-        res = run_case(models[0], clients[0], methods, args.repeats, args.strategy, args.chunk_size)
-        print(json.dumps(res))
+        print(json.dumps(run_case(models[0], clients[0], methods, args)))
         return 0
-
-    results = {"machine": machine(), "cases": []}
+    if args.preset and not args.torch_python and not args.json:
+        print("no --torch-python: the torch column is skipped", file=sys.stderr)
+    t0 = time.perf_counter()
+    settings = {k: v for k, v in vars(args).items() if k not in ("case", "json", "out")}
+    results = {"started": now(), "settings": settings, "machine": machine(), "cases": []}
     for model in models:
         for n in clients:
             case = run_in_subprocess(model, n, methods, args)
-            if args.torch_python:
-                case["torch"] = run_torch(model, n, args)
             if args.json and len(models) == 1 and len(clients) == 1:
                 print(json.dumps(case))
                 return 0
             results["cases"].append({"model": model, "clients": n, **case})
+            results["wall_s"] = time.perf_counter() - t0
+            if args.out:  # after every case, so an interrupted run keeps what it measured
+                write_json(args.out, results)
             if not args.json:
-                print_row(model, n, case)
+                print_case(model, n, case)
+    results["finished"] = now()
     if args.json:
         print(json.dumps(results))
     if args.out:
-        tmp = Path(args.out).with_suffix(".tmp")
-        tmp.write_text(json.dumps(results, indent=1))
-        os.replace(tmp, args.out)
+        write_json(args.out, results)
+        if not args.json:
+            print(f"wrote {args.out}")
     return 0
 
 
-def print_row(model: str, n: int, case: dict) -> None:
-    methods = [m for m in METHODS if m in case]
+def _cell(m: str, r: dict) -> str:
+    if "error" in r:
+        return f"{m} {r['error'][:40]}"
+    mib = r.get("program_mib")
+    compile_s = f" {r['compile_s']:.1f}s" if "compile_s" in r else ""
+    return f"{m} {r['samples_per_s']:,.0f}/s{compile_s}{'' if mib is None else f' {mib:,.0f}M'}"
 
-    def cell(r: dict) -> str:
-        if "error" in r:
-            return f"{r['error'][:30]:>30}"
-        mib = r.get("program_mib")
-        return (
-            f"{r['samples_per_s']:>9,.0f} {r['compile_s']:>6.1f}s "
-            f"{'-' if mib is None else f'{mib:,.0f}M':>8}"
-        )
 
-    if not getattr(print_row, "header", False):
-        print(
-            f"{'model':<5} {'N':>5} | "
-            + " | ".join(f"{m + ': samples/s compile memory':>30}" for m in methods)
-        )
-        print_row.header = True
-    eng, loop, big = (case.get(m, {}) for m in METHODS)
-    ratio = ""
-    if all("samples_per_s" in r for r in (eng, loop, big)):
-        ratio = (
-            f" | engine/loop {eng['samples_per_s'] / loop['samples_per_s']:.2f}x, "
-            f"engine/bigbatch {eng['samples_per_s'] / big['samples_per_s']:.2f}x"
-        )
-    torch_r = case.get("torch", {})
-    if "samples_per_s" in torch_r and "samples_per_s" in eng:
-        ratio += (
-            f" | torch loop {torch_r['samples_per_s']:,.0f}/s, "
-            f"engine/torch {eng['samples_per_s'] / torch_r['samples_per_s']:.2f}x"
-        )
+def print_case(model: str, n: int, case: dict) -> None:
+    """Two lines: samples/s, compile, memory per method; the ratios' medians and ranges."""
+    cells = [_cell(m, case[m]) for m in METHODS if m in case]
     rss = case.get("process_peak_rss_mib")
-    print(
-        f"{model:<5} {n:>5} | "
-        + " | ".join(cell(case[m]) for m in methods)
-        + ratio
-        + (f" | process peak RSS {rss:,.0f}M" if rss else ""),
-        flush=True,
-    )
+    print(f"{model:<4} {n:>5} | " + " | ".join(cells) + (f" | peak RSS {rss:,.0f}M" if rss else ""))
+    ratios = [
+        f"{k} {r['median']:.2f}x ({r['min']:.2f}-{r['max']:.2f})"
+        for k, r in case.get("ratios", {}).items()
+    ]
+    if ratios:
+        print(f"{'':<10} | " + " | ".join(ratios) + f" | {case['rotations']} rotations")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":

@@ -8,6 +8,9 @@ an interpreter of its own (PyTorch is not a dependency of pfedwn-jax):
 
     python benchmarks/bench_torch_loop.py --model cnn --clients 100      # prints one JSON object
     python benchmarks/bench_engine.py --model cnn --clients 100 --torch-python /path/to/python
+
+With `--serve` it is the timing worker `bench_engine.py` starts once per case and asks for
+rounds between its JAX timings, so every ratio comes from measurements taken side by side.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -73,15 +78,12 @@ class MLP(nn.Module):
         return self.c(F.relu(self.b(F.relu(self.a(x.flatten(1))))))
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model", default="cnn", choices=["mlp", "cnn"])
-    p.add_argument("--clients", type=int, default=100)
-    p.add_argument("--repeats", type=int, default=3, help="timed rounds after one warm-up")
-    args = p.parse_args()
+def make_round(model: str, num_clients: int) -> tuple[Callable[[], None], int]:
+    """A FedAvg round closure over fresh models and the case's data; returns it and its
+    sample count."""
     torch.manual_seed(0)
-    counts, data = client_data(args.clients)
-    net = CNN if args.model == "cnn" else MLP
+    counts, data = client_data(num_clients)
+    net = CNN if model == "cnn" else MLP
     glob, local = net(), net()
     weights = (counts / counts.sum()).tolist()
     gen = torch.Generator().manual_seed(0)
@@ -106,26 +108,73 @@ def main() -> None:
             for g, a in zip(glob.parameters(), acc, strict=True):
                 g.copy_(a)
 
-    times = []
-    for _ in range(args.repeats + 1):
-        t0 = time.perf_counter()
+    return fedavg_round, int(counts.sum())
+
+
+def prime(model: str, num_clients: int) -> None:
+    """One round over the first few clients on throwaway models: pays torch's one-off costs
+    (thread pools, kernel choice per batch shape) before any timed round."""
+    make_round(model, min(num_clients, 10))[0]()
+
+
+def info(samples: int) -> dict:
+    """What the timings depend on: sample count, torch version, threads, cores."""
+    return {
+        "samples": samples,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "cores": os.cpu_count(),
+    }
+
+
+def time_rounds(fedavg_round: Callable[[], None], rounds: int) -> float:
+    """Seconds for `rounds` consecutive rounds."""
+    t0 = time.perf_counter()
+    for _ in range(rounds):
         fedavg_round()
-        times.append(time.perf_counter() - t0)
+    return time.perf_counter() - t0
+
+
+def one_shot(model: str, num_clients: int, repeats: int) -> dict:
+    """One warm-up round then `repeats` timed rounds; samples/s from the median round."""
+    fedavg_round, samples = make_round(model, num_clients)
+    times = [time_rounds(fedavg_round, 1) for _ in range(repeats + 1)]
     steady = sorted(times[1:])
     round_s = steady[len(steady) // 2]
-    print(
-        json.dumps(
-            {
-                "samples": int(counts.sum()),
-                "round_s": round_s,
-                "rounds_s": times,
-                "samples_per_s": int(counts.sum()) / round_s,
-                "torch": torch.__version__,
-                "threads": torch.get_num_threads(),
-                "cores": os.cpu_count(),
-            }
-        )
-    )
+    return {
+        **info(samples),
+        "round_s": round_s,
+        "rounds_s": times,
+        "samples_per_s": samples / round_s,
+    }
+
+
+def serve(model: str, num_clients: int) -> None:
+    """Timing worker for `bench_engine.py`: prints one JSON line of `info`, then for each line
+    `K` read from stdin runs K rounds and prints `{"seconds": s}`; exits at end of input.
+
+    Between requests it only waits on stdin, so it costs the JAX timings nothing.
+    """
+    fedavg_round, samples = make_round(model, num_clients)
+    t0 = time.perf_counter()
+    prime(model, num_clients)
+    print(json.dumps({**info(samples), "prime_s": time.perf_counter() - t0}), flush=True)
+    for line in sys.stdin:
+        seconds = time_rounds(fedavg_round, int(line))
+        print(json.dumps({"seconds": seconds}), flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", default="cnn", choices=["mlp", "cnn"])
+    p.add_argument("--clients", type=int, default=100)
+    p.add_argument("--repeats", type=int, default=3, help="timed rounds after one warm-up")
+    p.add_argument("--serve", action="store_true", help="timing worker for bench_engine.py")
+    args = p.parse_args()
+    if args.serve:
+        serve(args.model, args.clients)
+    else:
+        print(json.dumps(one_shot(args.model, args.clients, args.repeats)))
 
 
 if __name__ == "__main__":
