@@ -73,7 +73,7 @@ from bench_methods import (
 )
 
 from pfedwn_jax.devices import usable_cores, use_cpu_devices
-from pfedwn_jax.experiment.io import atomic_write_with
+from pfedwn_jax.io import atomic_write_with
 
 REPO = Path(__file__).resolve().parents[1]
 METHODS = (*JAX_METHODS, "torch")
