@@ -40,14 +40,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from pfedwn_jax._checks import check_int, check_range, is_concrete
-from pfedwn_jax.algorithms.base import (
-    Algorithm,
-    RoundContext,
+from pfedwn_jax.algorithms.base import Algorithm, RoundContext, register
+from pfedwn_jax.algorithms.common import (
+    check_shape,
+    check_square,
+    eval_own,
     init_clients,
     local_update,
-    register,
 )
 from pfedwn_jax.em import estimate_weights, m_step, responsibilities
+from pfedwn_jax.engine import ClientState, cross_evaluate, mix, take_slots
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,8 +70,8 @@ class PFedWNHParams:
       em_iters: maximum fixed-model EM iterations of the final refinement (ours: 200).
       em_tol: stop the refinement when ``max |delta pi| < em_tol`` (ours: 1e-5).
       floor: lower bound of every selected neighbor's weight, in ``[0, 1]`` (capped at ``1/k``
-        for ``k`` neighbors). Default 1e-4 (ours; the issue asks for a default of at most 1e-3,
-        so an unrelated neighbor still gets near-zero weight).
+        for ``k`` neighbors). Default 1e-4 (ours: small, so an unrelated neighbor still gets
+        near-zero weight).
       component_epochs: local epochs of each M-step-2 update (ours: 1).
     """
 
@@ -150,9 +152,11 @@ def neighbor_mask(ctx: RoundContext, pair_target: jax.Array, pair_neighbor: jax.
 def aggregation_matrix(pi: jax.Array, a: float | jax.Array, apply: jax.Array) -> jax.Array:
     """Eq. 5 as an ``[S, S]`` mixing matrix: row i = ``a e_i + (1 - a) pi[i]``.
 
-    Rows with ``apply[i]`` False, or whose pi row is all zero (no neighbor), are identity rows.
+    ``pi [S, S]``, ``apply [S]`` bool. Rows with ``apply[i]`` False, or whose pi row is all
+    zero (no neighbor), are identity rows.
     """
-    s = pi.shape[0]
+    s = check_square("pi", pi)
+    check_shape("apply", apply, (s,))
     eye = jnp.eye(s, dtype=jnp.float32)
     has = apply & (pi.sum(1) > 0)
     mixed = a * eye + (1.0 - a) * pi.astype(jnp.float32)
@@ -171,9 +175,6 @@ def estimate_pi(
 
     Returns ``(pi [S, S], trace [em_steps + 2, S, S])`` (prior, each outer step, final).
     """
-    from pfedwn_jax.engine import ClientState, cross_evaluate, local_train
-    from pfedwn_jax.engine.tree import take_slots
-
     s = ctx.num_slots
     nmask = neighbor_mask(ctx, pt, pn)
     smask = ctx.train.mask[ctx.data_client]  # [S, N] the target's real samples
@@ -190,17 +191,13 @@ def estimate_pi(
         lam = responsibilities(losses_of(comp_state.params), pi, smask, nmask)  # E-step
         pi = m_step(lam, smask, nmask, hp.floor)  # M-step 1: pi = mean_i lambda
         if hp.component_updates:  # M-step 2: responsibility-weighted training
-            comp_state, _ = local_train(
-                ctx.model,
-                ctx.optimizer,
+            comp_state, _ = local_update(
+                ctx,
                 comp_state,
-                ctx.train,
-                dc,
                 jax.random.fold_in(key, step),
-                batch_size=ctx.batch_size,
+                data_client=dc,
                 epochs=hp.component_epochs,
                 sample_weight=lam[pt, pn],
-                shards=ctx.shards,
             )
         return (comp_state, pi), pi
 
@@ -239,8 +236,6 @@ def em_due(rounds_done: jax.Array, hp: PFedWNHParams) -> jax.Array:
 
 
 def _round(state: PFedWNState, key: jax.Array, ctx: RoundContext, hp: PFedWNHParams):
-    from pfedwn_jax.engine.tree import mix
-
     # training uses `key` itself, exactly as Local does (so a = 1 reproduces Local bit for bit)
     em_key, train_key = jax.random.fold_in(key, 0x5EED), key
     params = state.clients.params
@@ -267,11 +262,6 @@ def _round(state: PFedWNState, key: jax.Array, ctx: RoundContext, hp: PFedWNHPar
     )
 
 
-def eval_params(state: PFedWNState, ctx: RoundContext, hp: PFedWNHParams):
-    """Each slot is evaluated with its own (aggregated, then locally trained) model."""
-    return state.clients.params
-
-
 def records(state: PFedWNState, ctx: RoundContext, hp: PFedWNHParams) -> dict[str, jax.Array]:
     return {"pi": state.pi, "pi_trace": state.pi_trace, "train_loss": state.train_loss}
 
@@ -282,7 +272,7 @@ PFEDWN = register(
         hparams=PFedWNHParams,
         init=init,
         round=_round,
-        eval_params=eval_params,
+        eval_params=eval_own,
         records=records,
         description="EM-weighted aggregation over the selected neighbors (the paper's method)",
     )

@@ -235,7 +235,7 @@ def run(
     ctx = build_context(config, fed, data, model, build_optimizer(config))
     test = jax.tree_util.tree_map(jnp.asarray, data.test)
     # Several devices (CPU cores via `use_cpu_devices`, GPUs): slots split, the rest replicated.
-    ctx = ctx._replace(shards=resolve_shards(shards, ctx.num_slots))
+    ctx = ctx.replace(shards=resolve_shards(shards, ctx.num_slots))
     ctx, test = replicate((ctx, test), ctx.num_slots, ctx.shards)
     setup_s = time.perf_counter() - t_start
 
