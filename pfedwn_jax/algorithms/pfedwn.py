@@ -6,7 +6,7 @@ receives along its adjacency row,
     ``w_i <- a * w_i + (1 - a) * sum_m pi[i, m] * w_m``            (Eq. 5)
 
 and then every slot trains locally (E local epochs). Non-target slots (the selected neighbors
-in single-target mode) only train locally and send, as in Alg. 2. One ``local_train`` call
+in single-target mode) only train locally and send, as in Alg. 2. One ``local_update`` call
 serves both roles, so a round costs one training pass: the neighbors' models a target mixes in
 round ``t`` are the ones they finished in round ``t - 1`` (Alg. 2 lets them train first in the
 same round; with the shared initial model the two orders differ by that one-round shift).
@@ -19,7 +19,7 @@ the received neighbor models as the mixture components:
   (``em_every=0``, the paper's time-slot picture) or re-estimated every ``em_every`` rounds.
 - ``component_updates=True`` runs the full EM: ``em_steps`` iterations of E-step, pi update
   (M-step 1) and a responsibility-weighted epoch of each component model on the target's data
-  (M-step 2, ``local_train(..., sample_weight=lambda)``); ``False`` keeps the received models
+  (M-step 2, ``local_update(..., sample_weight=lambda)``); ``False`` keeps the received models
   fixed. Either way pi is then refined with the components fixed until ``max |delta pi| <
   em_tol`` (``pfedwn_jax.em.estimate_weights``). Components are scratch models: Eq. 5 mixes
   the neighbors' own models, EM only decides the weights.
