@@ -213,12 +213,13 @@ def estimate_pi(
 
 
 def init(key: jax.Array, ctx: RoundContext, hp: PFedWNHParams) -> PFedWNState:
+    """The shared initial model in every slot, no weights yet, and the EM pairs."""
+    clients = init_clients(key, ctx)  # checks the context's shapes first
     s = ctx.num_slots
     pt, pn = em_pairs(ctx.adjacency, ctx.is_target)
-    zeros = jnp.zeros((s, s), jnp.float32)
     return PFedWNState(
-        clients=init_clients(key, ctx),
-        pi=zeros,
+        clients=clients,
+        pi=jnp.zeros((s, s), jnp.float32),
         pi_trace=jnp.zeros((hp.em_steps + 2, s, s), jnp.float32),
         rounds_done=jnp.zeros((), jnp.int32),
         train_loss=jnp.zeros((s,), jnp.float32),
