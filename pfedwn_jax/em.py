@@ -74,9 +74,8 @@ def _validate(losses: Any, sample_mask: Any, neighbor_mask: Any, prior: Any) -> 
             continue
         vshape = np.shape(value)
         try:
-            np.broadcast_shapes(vshape, shape)
             ok = np.broadcast_shapes(vshape, shape) == shape
-        except ValueError:
+        except ValueError:  # not broadcastable at all
             ok = False
         if not ok:
             raise ValueError(f"{name} must broadcast to shape {shape}; got {vshape}")

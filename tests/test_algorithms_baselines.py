@@ -13,6 +13,8 @@ from pfedwn_jax.algorithms import (
     available_algorithms,
     get_algorithm,
     group_average_matrix,
+    init_clients,
+    local_update,
     make_hparams,
 )
 from pfedwn_jax.data.client_data import ClientData
@@ -90,6 +92,42 @@ def test_group_average_matrix_by_hand():
     adj = np.array([[1, 1, 0], [0, 1, 0], [1, 1, 1]], bool)
     m = np.asarray(group_average_matrix(jnp.asarray(adj), jnp.asarray([1.0, 3.0, 4.0])))
     np.testing.assert_allclose(m, [[0.25, 0.75, 0], [0, 1, 0], [0.125, 0.375, 0.5]], rtol=1e-6)
+
+
+def test_shape_errors_at_the_entry_points_are_value_errors():
+    with pytest.raises(ValueError, match=r"adjacency must have shape \(3, 3\); got \(3, 2\)"):
+        group_average_matrix(jnp.ones((3, 2), bool), jnp.ones(3))
+    with pytest.raises(ValueError, match=r"weights must have shape \(3,\); got \(4,\)"):
+        group_average_matrix(jnp.ones((3, 3), bool), jnp.ones(4))
+    ctx = make_ctx([5, 6, 7])
+    bad = ctx.replace(adjacency=jnp.ones((3, 2), bool))
+    with pytest.raises(ValueError, match=r"ctx.adjacency must have shape \(3, 3\)"):
+        init_clients(jax.random.PRNGKey(0), bad)
+    with pytest.raises(ValueError, match="epochs or num_steps"):
+        local_update(ctx, init_clients(jax.random.PRNGKey(0), ctx), jax.random.PRNGKey(1),
+                     epochs=1, num_steps=2)  # fmt: skip
+
+
+def test_round_context_is_a_pytree_with_static_settings():
+    ctx = make_ctx([5, 6, 7])
+    leaves, treedef = jax.tree_util.tree_flatten(ctx)
+    assert len(leaves) == len(jax.tree_util.tree_leaves(ctx.train)) + 4  # only the arrays
+    assert jax.tree_util.tree_unflatten(treedef, leaves).batch_size == ctx.batch_size
+    # equal settings, equal tree definitions: a compiled round is reused
+    same = ctx.replace(adjacency=~ctx.adjacency)
+    assert jax.tree_util.tree_structure(same) == treedef
+    assert jax.tree_util.tree_structure(ctx.replace(local_epochs=2)) != treedef
+    traces = []
+
+    @jax.jit
+    def count(c):
+        traces.append(1)
+        return c.num_samples.sum() * c.batch_size
+
+    assert float(count(ctx)) == float(count(same)) == 18 * ctx.batch_size
+    assert len(traces) == 1
+    count(ctx.replace(batch_size=2))
+    assert len(traces) == 2
 
 
 def test_fedavg_over_a_group_of_one_equals_local():

@@ -11,8 +11,8 @@ import optax
 import pytest
 
 from pfedwn_jax.algorithms import RoundContext, get_algorithm, make_hparams
+from pfedwn_jax.algorithms.common import proximal_loss
 from pfedwn_jax.algorithms.fedamp import attention_matrix
-from pfedwn_jax.algorithms.fedprox import proximal_loss
 from pfedwn_jax.algorithms.perfedavg import full_batch_grad, meta_grad_fn
 from pfedwn_jax.algorithms.pfedwn import aggregation_matrix, em_pairs
 from pfedwn_jax.data.client_data import ClientData

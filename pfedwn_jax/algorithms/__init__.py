@@ -1,7 +1,8 @@
 """FL algorithms as registered data: ``get_algorithm(name)``, ``available_algorithms()``.
 
-See ``pfedwn_jax.algorithms.base`` for the interface and its conventions. Importing this
-package imports (and so registers) every built-in algorithm.
+See ``pfedwn_jax.algorithms.base`` for the interface and its conventions and
+``pfedwn_jax.algorithms.common`` for the shared building blocks. Importing this package
+imports (and so registers) every built-in algorithm.
 """
 
 import importlib
@@ -12,34 +13,44 @@ from pfedwn_jax.algorithms.base import (
     RoundContext,
     available_algorithms,
     get_algorithm,
-    group_average_matrix,
     hparams_dict,
-    init_clients,
-    local_update,
     make_hparams,
     register,
+    unregister,
+)
+from pfedwn_jax.algorithms.common import (
+    BaselineState,
+    eval_own,
+    group_average_matrix,
+    init_baseline,
+    init_clients,
+    local_update,
+    train_loss_record,
 )
 
 # Algorithm modules register themselves on import; this order is the registration order,
-# i.e. the default order of `pfedwn run` and of its table (the paper's Table II rows).
-_BASELINES = ("local", "fedavg", "fedprox")
-# --- personalised methods (engineer D edits this block) ---
-_PERSONALISED: tuple[str, ...] = ("perfedavg", "fedamp", "pfedwn")
-# --- end of personalised methods ---
+# i.e. the default order of `pfedwn run` and of its table (the paper's Table II rows):
+# the baselines, then the personalised methods.
+_BUILTIN = ("local", "fedavg", "fedprox", "perfedavg", "fedamp", "pfedwn")
 
-for _module in _BASELINES + _PERSONALISED:
+for _module in _BUILTIN:
     importlib.import_module(f"pfedwn_jax.algorithms.{_module}")
 
 __all__ = [
     "Algorithm",
+    "BaselineState",
     "NoHParams",
     "RoundContext",
     "available_algorithms",
+    "eval_own",
     "get_algorithm",
     "group_average_matrix",
     "hparams_dict",
+    "init_baseline",
     "init_clients",
     "local_update",
     "make_hparams",
     "register",
+    "train_loss_record",
+    "unregister",
 ]

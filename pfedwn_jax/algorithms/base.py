@@ -36,12 +36,16 @@ The runner builds it with ``make_hparams(alg, overrides)`` from the config's
 hashable and is closed over (static) when the round is compiled.
 
 **Registration.** A module defines its ``Algorithm`` and calls ``register(ALG)`` at import;
-``pfedwn_jax.algorithms`` imports every algorithm module, so ``get_algorithm(name)`` sees them.
+``pfedwn_jax.algorithms`` imports every built-in algorithm module, so ``get_algorithm(name)``
+sees them. ``unregister(name)`` removes one again (e.g. a user's algorithm after a test).
+``docs/algorithms.md`` has a worked example of a user's own algorithm.
 
-**Training.** No algorithm copies the training loop: call ``local_update(ctx, clients, key,
-...)`` (the engine's ``local_train`` with the context filled in) and differ only in the update
-rule: aggregation matrix (``group_average_matrix``, ``pfedwn_jax.engine.tree.mix``), objective
-(``loss_fn`` + ``aux``), gradient (``grad_fn``), ``sample_weight``, ``active``.
+**Training.** No algorithm copies the training loop: every local training goes through
+``local_update(ctx, clients, key, ...)`` (``pfedwn_jax.algorithms.common``: the engine's
+``local_train`` with the context filled in), and algorithms differ only in the update rule:
+aggregation matrix (``group_average_matrix``, ``pfedwn_jax.engine.tree.mix``), objective
+(``loss_fn`` + ``aux``), gradient (``grad_fn``), ``sample_weight``, ``active``, schedule
+(``epochs`` / ``num_steps``) and which data each slot trains on (``data_client``).
 """
 
 from __future__ import annotations
@@ -50,18 +54,21 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
+import flax.struct
 import jax
-import jax.numpy as jnp
 
 from pfedwn_jax.data.client_data import ClientData
 
 
-class RoundContext(NamedTuple):
+@flax.struct.dataclass
+class RoundContext:
     """Everything fixed for one experiment that a round needs (built once by the runner).
 
-    A pytree: the array fields are its leaves, the static fields (``model``, ``optimizer``,
-    ``batch_size``, ``local_epochs``, ``num_steps``) ride in the tree definition, so a context
-    can be passed as an argument to ``jax.jit``-compiled functions.
+    A pytree (``flax.struct.dataclass``): the array fields are its leaves, the static fields
+    (``model``, ``optimizer``, ``batch_size``, ``local_epochs``, ``num_steps``, ``shards``) ride
+    in the tree definition, so a context can be passed as an argument to ``jax.jit``-compiled
+    functions; a compiled round is reused for any context with equal static fields (they must
+    be hashable) and equal array shapes. Change a field with ``ctx.replace(shards=...)``.
 
     Attributes:
       model: the engine's ``Model`` (name, init, apply). Static.
@@ -78,40 +85,21 @@ class RoundContext(NamedTuple):
         None: every device of the default backend. Static.
     """
 
-    model: Any
-    optimizer: Any
+    model: Any = flax.struct.field(pytree_node=False)
+    optimizer: Any = flax.struct.field(pytree_node=False)
     train: ClientData
     data_client: jax.Array
     adjacency: jax.Array
     is_target: jax.Array
     num_samples: jax.Array
-    batch_size: int
-    local_epochs: int = 1
-    num_steps: int | None = None
-    shards: int | None = None
+    batch_size: int = flax.struct.field(pytree_node=False)
+    local_epochs: int = flax.struct.field(pytree_node=False, default=1)
+    num_steps: int | None = flax.struct.field(pytree_node=False, default=None)
+    shards: int | None = flax.struct.field(pytree_node=False, default=None)
 
     @property
     def num_slots(self) -> int:
         return int(self.data_client.shape[0])
-
-
-_STATIC = ("model", "optimizer", "batch_size", "local_epochs", "num_steps", "shards")
-_DYNAMIC = ("train", "data_client", "adjacency", "is_target", "num_samples")
-
-
-def _ctx_flatten(ctx: RoundContext):
-    children = tuple(getattr(ctx, f) for f in _DYNAMIC)
-    aux = tuple(getattr(ctx, f) for f in _STATIC)
-    return children, aux
-
-
-def _ctx_unflatten(aux, children) -> RoundContext:
-    return RoundContext(
-        **dict(zip(_STATIC, aux, strict=True)), **dict(zip(_DYNAMIC, children, strict=True))
-    )
-
-
-jax.tree_util.register_pytree_node(RoundContext, _ctx_flatten, _ctx_unflatten)
 
 
 class Algorithm(NamedTuple):
@@ -144,6 +132,13 @@ def register(alg: Algorithm) -> Algorithm:
     if old is not None and old is not alg:
         raise ValueError(f"algorithm {alg.name!r} is already registered")
     _REGISTRY[alg.name] = alg
+    return alg
+
+
+def unregister(name: str) -> Algorithm:
+    """Remove the algorithm ``name`` from the registry and return it (ValueError if absent)."""
+    alg = get_algorithm(name)
+    del _REGISTRY[name]
     return alg
 
 
@@ -182,51 +177,3 @@ def make_hparams(alg: Algorithm, overrides: Mapping[str, Any] | None = None) -> 
 def hparams_dict(hp: Any) -> dict[str, Any]:
     """A JSON-friendly dict of a hyperparameter dataclass."""
     return dataclasses.asdict(hp)
-
-
-# ---------------------------------------------------------------------------------------------
-# Helpers shared by the algorithms (pure, jittable).
-
-
-def init_clients(key: jax.Array, ctx: RoundContext, *, same_init: bool = True):
-    """The stacked ``ClientState`` for every slot (one shared initial model by default)."""
-    from pfedwn_jax.engine import init_client_state
-
-    return init_client_state(ctx.model, ctx.optimizer, key, ctx.num_slots, same_init=same_init)
-
-
-def local_update(ctx: RoundContext, clients, key: jax.Array, **kwargs):
-    """The engine's ``local_train`` on every slot with the context's model, data and settings.
-
-    ``kwargs`` go to ``local_train`` (``loss_fn``, ``grad_fn``, ``aux``, ``sample_weight``,
-    ``active``, ``strategy``...). Returns ``(ClientState, metrics)``.
-    """
-    from pfedwn_jax.engine import local_train
-
-    if ctx.num_steps is not None:
-        kwargs.setdefault("num_steps", ctx.num_steps)
-    kwargs.setdefault("shards", ctx.shards)
-    return local_train(
-        ctx.model,
-        ctx.optimizer,
-        clients,
-        ctx.train,
-        ctx.data_client,
-        key,
-        batch_size=ctx.batch_size,
-        epochs=ctx.local_epochs,
-        **kwargs,
-    )
-
-
-def group_average_matrix(adjacency: jax.Array, weights: jax.Array) -> jax.Array:
-    """Row-stochastic ``[S, S]`` matrix averaging each row's neighborhood with ``weights [S]``.
-
-    ``out[i, j] = adjacency[i, j] * weights[j] / sum_k adjacency[i, k] * weights[k]``: FedAvg
-    over slot ``i``'s group with sample-count weights. A row whose weights sum to 0 keeps its
-    own model (identity row).
-    """
-    w = jnp.where(adjacency, weights[None, :].astype(jnp.float32), 0.0)
-    total = w.sum(axis=1, keepdims=True)
-    eye = jnp.eye(adjacency.shape[0], dtype=w.dtype)
-    return jnp.where(total > 0, w / jnp.where(total > 0, total, 1.0), eye)

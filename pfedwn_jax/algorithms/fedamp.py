@@ -31,14 +31,18 @@ import jax
 import jax.numpy as jnp
 
 from pfedwn_jax._checks import check_float, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, local_update, register
-from pfedwn_jax.algorithms.fedprox import proximal_loss
-from pfedwn_jax.algorithms.local import (
+from pfedwn_jax.algorithms.base import Algorithm, RoundContext, register
+from pfedwn_jax.algorithms.common import (
     BaselineState,
+    check_shape,
+    check_square,
     eval_own,
     init_baseline,
+    local_update,
+    proximal_loss,
     train_loss_record,
 )
+from pfedwn_jax.engine import default_loss, mix, sq_dist
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,9 +78,10 @@ def attention_matrix(
 
     ``Xi[i, j] = alpha_k exp(-d_ij / sigma) / sigma`` for ``j != i`` on row i's adjacency,
     ``Xi[i, i] = 1 - sum_{j != i} Xi[i, j]``; rows whose off-diagonal sum exceeds 1 are
-    rescaled to sum to 1 (self weight 0).
+    rescaled to sum to 1 (self weight 0). ``sq_dists [S, S]``, ``adjacency [S, S]`` bool.
     """
-    s = sq_dists.shape[0]
+    s = check_square("sq_dists", sq_dists)
+    check_shape("adjacency", adjacency, (s, s))
     eye = jnp.eye(s, dtype=bool)
     edge = jnp.asarray(adjacency, bool) & ~eye
     d = sq_dists.astype(jnp.float32)
@@ -90,8 +95,6 @@ def attention_matrix(
 
 def cloud_models(params: Any, ctx: RoundContext, hp: FedAMPHParams) -> Any:
     """``u [S, ...]``: every slot's personalised cloud model."""
-    from pfedwn_jax.engine.tree import mix, sq_dist
-
     xi = attention_matrix(sq_dist(params), ctx.adjacency, hp.alpha_k, hp.sigma)
     return mix(params, xi)
 
@@ -99,8 +102,6 @@ def cloud_models(params: Any, ctx: RoundContext, hp: FedAMPHParams) -> Any:
 def _round(
     state: BaselineState, key: jax.Array, ctx: RoundContext, hp: FedAMPHParams
 ) -> BaselineState:
-    from pfedwn_jax.engine.losses import default_loss
-
     u = cloud_models(state.clients.params, ctx, hp)
     loss_fn = proximal_loss(default_loss(ctx.model), hp.lam / hp.alpha_k)
     clients, metrics = local_update(ctx, state.clients, key, loss_fn=loss_fn, aux=u)

@@ -12,36 +12,14 @@ from typing import Any
 
 import jax
 
-from pfedwn_jax.algorithms.base import (
-    Algorithm,
-    NoHParams,
-    RoundContext,
-    group_average_matrix,
-    local_update,
-    register,
-)
-from pfedwn_jax.algorithms.local import (
+from pfedwn_jax.algorithms.base import Algorithm, NoHParams, RoundContext, register
+from pfedwn_jax.algorithms.common import (
     BaselineState,
     eval_own,
     init_baseline,
     train_loss_record,
+    train_then_average,
 )
-
-
-def average_in_groups(clients: Any, ctx: RoundContext) -> Any:
-    """Replace each slot's params by its group's sample-weighted mean (optimizer state kept)."""
-    from pfedwn_jax.engine.tree import mix
-
-    matrix = group_average_matrix(ctx.adjacency, ctx.num_samples)
-    return clients._replace(params=mix(clients.params, matrix))
-
-
-def train_then_average(
-    state: BaselineState, key: jax.Array, ctx: RoundContext, **train_kwargs: Any
-) -> BaselineState:
-    """Local training (with optional objective overrides) followed by group averaging."""
-    clients, metrics = local_update(ctx, state.clients, key, **train_kwargs)
-    return BaselineState(average_in_groups(clients, ctx), metrics["loss"])
 
 
 def _round(state: BaselineState, key: jax.Array, ctx: RoundContext, hp: Any) -> BaselineState:

@@ -8,20 +8,20 @@ Local objective of slot ``s`` in a round: ``f_s(w) + mu/2 * ||w - w_s^start||^2`
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import jax
-import jax.numpy as jnp
 
 from pfedwn_jax._checks import check_float, set_fields
 from pfedwn_jax.algorithms.base import Algorithm, RoundContext, register
-from pfedwn_jax.algorithms.fedavg import train_then_average
-from pfedwn_jax.algorithms.local import (
+from pfedwn_jax.algorithms.common import (
     BaselineState,
     eval_own,
     init_baseline,
+    proximal_loss,
     train_loss_record,
+    train_then_average,
 )
+from pfedwn_jax.engine import default_loss
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,28 +39,9 @@ class FedProxHParams:
         set_fields(self, mu=check_float("hparams.fedprox.mu", self.mu, 0.0))
 
 
-def sq_norm_diff(params: Any, anchor: Any) -> jax.Array:
-    """``||params - anchor||^2`` summed over every leaf of one client's pytree."""
-    leaves = jax.tree_util.tree_leaves(
-        jax.tree_util.tree_map(lambda p, a: jnp.sum(jnp.square(p - a)), params, anchor)
-    )
-    return sum(leaves, jnp.zeros((), jnp.float32))
-
-
-def proximal_loss(base_loss, mu: float):
-    """``loss_fn(params, x, y, w, anchor) = base_loss(...) + mu/2 ||params - anchor||^2``."""
-
-    def loss_fn(params, x, y, w, anchor):
-        return base_loss(params, x, y, w, anchor) + 0.5 * mu * sq_norm_diff(params, anchor)
-
-    return loss_fn
-
-
 def _round(
     state: BaselineState, key: jax.Array, ctx: RoundContext, hp: FedProxHParams
 ) -> BaselineState:
-    from pfedwn_jax.engine.losses import default_loss
-
     anchor = state.clients.params
     loss_fn = proximal_loss(default_loss(ctx.model), hp.mu)
     return train_then_average(state, key, ctx, loss_fn=loss_fn, aux=anchor)

@@ -33,8 +33,13 @@ import jax.numpy as jnp
 
 from pfedwn_jax._checks import check_bool, check_choice, check_float, set_fields
 from pfedwn_jax.algorithms.base import Algorithm, RoundContext, register
-from pfedwn_jax.algorithms.fedavg import train_then_average
-from pfedwn_jax.algorithms.local import BaselineState, init_baseline, train_loss_record
+from pfedwn_jax.algorithms.common import (
+    BaselineState,
+    init_baseline,
+    train_loss_record,
+    train_then_average,
+)
+from pfedwn_jax.engine import default_loss, per_sample_ce
 
 VARIANTS = ("fo", "hf")
 #: Samples per chunk of the evaluation's full-batch gradient (memory of one such batch).
@@ -115,8 +120,6 @@ def full_batch_grad(
     ``params``: one model; ``x [N, ...]``, ``y [N]``, ``mask [N]``. Summed over chunks of
     ``chunk`` samples with ``lax.scan`` so memory stays that of one minibatch.
     """
-    from pfedwn_jax.engine.losses import per_sample_ce
-
     n = y.shape[0]
     chunk = max(1, min(chunk, n))
     num_chunks = -(-n // chunk)
@@ -140,8 +143,6 @@ def full_batch_grad(
 def _round(
     state: BaselineState, key: jax.Array, ctx: RoundContext, hp: PerFedAvgHParams
 ) -> BaselineState:
-    from pfedwn_jax.engine.losses import default_loss
-
     return train_then_average(state, key, ctx, grad_fn=meta_grad_fn(default_loss(ctx.model), hp))
 
 

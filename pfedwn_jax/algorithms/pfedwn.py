@@ -6,7 +6,7 @@ receives along its adjacency row,
     ``w_i <- a * w_i + (1 - a) * sum_m pi[i, m] * w_m``            (Eq. 5)
 
 and then every slot trains locally (E local epochs). Non-target slots (the selected neighbors
-in single-target mode) only train locally and send, as in Alg. 2. One ``local_train`` call
+in single-target mode) only train locally and send, as in Alg. 2. One ``local_update`` call
 serves both roles, so a round costs one training pass: the neighbors' models a target mixes in
 round ``t`` are the ones they finished in round ``t - 1`` (Alg. 2 lets them train first in the
 same round; with the shared initial model the two orders differ by that one-round shift).
@@ -19,7 +19,7 @@ the received neighbor models as the mixture components:
   (``em_every=0``, the paper's time-slot picture) or re-estimated every ``em_every`` rounds.
 - ``component_updates=True`` runs the full EM: ``em_steps`` iterations of E-step, pi update
   (M-step 1) and a responsibility-weighted epoch of each component model on the target's data
-  (M-step 2, ``local_train(..., sample_weight=lambda)``); ``False`` keeps the received models
+  (M-step 2, ``local_update(..., sample_weight=lambda)``); ``False`` keeps the received models
   fixed. Either way pi is then refined with the components fixed until ``max |delta pi| <
   em_tol`` (``pfedwn_jax.em.estimate_weights``). Components are scratch models: Eq. 5 mixes
   the neighbors' own models, EM only decides the weights.
@@ -47,14 +47,16 @@ from pfedwn_jax._checks import (
     is_concrete,
     set_fields,
 )
-from pfedwn_jax.algorithms.base import (
-    Algorithm,
-    RoundContext,
+from pfedwn_jax.algorithms.base import Algorithm, RoundContext, register
+from pfedwn_jax.algorithms.common import (
+    check_shape,
+    check_square,
+    eval_own,
     init_clients,
     local_update,
-    register,
 )
 from pfedwn_jax.em import estimate_weights, m_step, responsibilities
+from pfedwn_jax.engine import ClientState, cross_evaluate, mix, take_slots
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,8 +77,8 @@ class PFedWNHParams:
       em_iters: maximum fixed-model EM iterations of the final refinement (ours: 200).
       em_tol: stop the refinement when ``max |delta pi| < em_tol`` (ours: 1e-5).
       floor: lower bound of every selected neighbor's weight, in ``[0, 1]`` (capped at ``1/k``
-        for ``k`` neighbors). Default 1e-4 (ours; the issue asks for a default of at most 1e-3,
-        so an unrelated neighbor still gets near-zero weight).
+        for ``k`` neighbors). Default 1e-4 (ours: small, so an unrelated neighbor still gets
+        near-zero weight).
       component_epochs: local epochs of each M-step-2 update (ours: 1).
     """
 
@@ -160,9 +162,11 @@ def neighbor_mask(ctx: RoundContext, pair_target: jax.Array, pair_neighbor: jax.
 def aggregation_matrix(pi: jax.Array, a: float | jax.Array, apply: jax.Array) -> jax.Array:
     """Eq. 5 as an ``[S, S]`` mixing matrix: row i = ``a e_i + (1 - a) pi[i]``.
 
-    Rows with ``apply[i]`` False, or whose pi row is all zero (no neighbor), are identity rows.
+    ``pi [S, S]``, ``apply [S]`` bool. Rows with ``apply[i]`` False, or whose pi row is all
+    zero (no neighbor), are identity rows.
     """
-    s = pi.shape[0]
+    s = check_square("pi", pi)
+    check_shape("apply", apply, (s,))
     eye = jnp.eye(s, dtype=jnp.float32)
     has = apply & (pi.sum(1) > 0)
     mixed = a * eye + (1.0 - a) * pi.astype(jnp.float32)
@@ -181,9 +185,6 @@ def estimate_pi(
 
     Returns ``(pi [S, S], trace [em_steps + 2, S, S])`` (prior, each outer step, final).
     """
-    from pfedwn_jax.engine import ClientState, cross_evaluate, local_train
-    from pfedwn_jax.engine.tree import take_slots
-
     s = ctx.num_slots
     nmask = neighbor_mask(ctx, pt, pn)
     smask = ctx.train.mask[ctx.data_client]  # [S, N] the target's real samples
@@ -200,17 +201,13 @@ def estimate_pi(
         lam = responsibilities(losses_of(comp_state.params), pi, smask, nmask)  # E-step
         pi = m_step(lam, smask, nmask, hp.floor)  # M-step 1: pi = mean_i lambda
         if hp.component_updates:  # M-step 2: responsibility-weighted training
-            comp_state, _ = local_train(
-                ctx.model,
-                ctx.optimizer,
+            comp_state, _ = local_update(
+                ctx,
                 comp_state,
-                ctx.train,
-                dc,
                 jax.random.fold_in(key, step),
-                batch_size=ctx.batch_size,
+                data_client=dc,
                 epochs=hp.component_epochs,
                 sample_weight=lam[pt, pn],
-                shards=ctx.shards,
             )
         return (comp_state, pi), pi
 
@@ -226,12 +223,13 @@ def estimate_pi(
 
 
 def init(key: jax.Array, ctx: RoundContext, hp: PFedWNHParams) -> PFedWNState:
+    """The shared initial model in every slot, no weights yet, and the EM pairs."""
+    clients = init_clients(key, ctx)  # checks the context's shapes first
     s = ctx.num_slots
     pt, pn = em_pairs(ctx.adjacency, ctx.is_target)
-    zeros = jnp.zeros((s, s), jnp.float32)
     return PFedWNState(
-        clients=init_clients(key, ctx),
-        pi=zeros,
+        clients=clients,
+        pi=jnp.zeros((s, s), jnp.float32),
         pi_trace=jnp.zeros((hp.em_steps + 2, s, s), jnp.float32),
         rounds_done=jnp.zeros((), jnp.int32),
         train_loss=jnp.zeros((s,), jnp.float32),
@@ -249,8 +247,6 @@ def em_due(rounds_done: jax.Array, hp: PFedWNHParams) -> jax.Array:
 
 
 def _round(state: PFedWNState, key: jax.Array, ctx: RoundContext, hp: PFedWNHParams):
-    from pfedwn_jax.engine.tree import mix
-
     # training uses `key` itself, exactly as Local does (so a = 1 reproduces Local bit for bit)
     em_key, train_key = jax.random.fold_in(key, 0x5EED), key
     params = state.clients.params
@@ -277,11 +273,6 @@ def _round(state: PFedWNState, key: jax.Array, ctx: RoundContext, hp: PFedWNHPar
     )
 
 
-def eval_params(state: PFedWNState, ctx: RoundContext, hp: PFedWNHParams):
-    """Each slot is evaluated with its own (aggregated, then locally trained) model."""
-    return state.clients.params
-
-
 def records(state: PFedWNState, ctx: RoundContext, hp: PFedWNHParams) -> dict[str, jax.Array]:
     return {"pi": state.pi, "pi_trace": state.pi_trace, "train_loss": state.train_loss}
 
@@ -292,7 +283,7 @@ PFEDWN = register(
         hparams=PFedWNHParams,
         init=init,
         round=_round,
-        eval_params=eval_params,
+        eval_params=eval_own,
         records=records,
         description="EM-weighted aggregation over the selected neighbors (the paper's method)",
     )

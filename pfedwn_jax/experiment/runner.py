@@ -165,7 +165,7 @@ def setup(config: ExperimentConfig, shards: int | None = None) -> Experiment:
     ctx = build_context(config, fed, data, model, build_optimizer(config))
     test = jax.tree_util.tree_map(jnp.asarray, data.test)
     # Several devices (CPU cores via `use_cpu_devices`, GPUs): slots split, the rest replicated.
-    ctx = ctx._replace(shards=resolve_shards(shards, ctx.num_slots))
+    ctx = ctx.replace(shards=resolve_shards(shards, ctx.num_slots))
     ctx, test = replicate((ctx, test), ctx.num_slots, ctx.shards)
     init_key, round_root = round_keys(config.seed)
     return Experiment(config, data, fed, ctx, test, init_key, round_root)
