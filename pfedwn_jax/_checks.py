@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from typing import Any
 
+import chex
+import jax
 import numpy as np
 
 
@@ -171,3 +173,59 @@ def set_fields(obj: Any, **values: Any) -> None:
     """Store checked, normalised field values on a frozen dataclass instance."""
     for field, value in values.items():
         object.__setattr__(obj, field, value)
+
+
+def _with_shape(x: Any) -> Any:
+    """`x` itself when it has a `.shape` (arrays, tracers), else `np.asarray(x)` (lists, scalars).
+
+    chex reads `.shape` and treats a Python sequence as several inputs; this makes it one array.
+    """
+    return x if hasattr(x, "shape") else np.asarray(x)
+
+
+def _chex_detail(err: AssertionError) -> str:
+    """The first line of a chex failure, without its `[Chex] Assertion ... failed: ` prefix."""
+    detail = str(err).split(" failed: ", 1)[-1].splitlines()[0]
+    return detail.replace("Tree leaf ''", "the array")  # a bare array has the empty path
+
+
+def check_shape(name: str, x: Any, shape: Sequence[int | None], what: str = "") -> None:
+    """Raise `ValueError` unless `x` has `shape` (`None` matches any size; `chex.assert_shape`).
+
+    `what` names the axes in the message, e.g. `"[S, max_samples]"`. Static shapes only: also
+    valid on tracers, at trace time. Like every chex assertion, a no-op after
+    `chex.disable_asserts()`.
+    """
+    try:
+        chex.assert_shape(_with_shape(x), tuple(shape))
+    except AssertionError as err:
+        named = f"{what} = " if what else ""
+        raise ValueError(
+            f"{name} must have shape {named}{tuple(shape)}; got {np.shape(x)}"
+        ) from err
+
+
+def check_rank(name: str, x: Any, rank: int, what: str = "") -> None:
+    """Raise `ValueError` unless `x` has `rank` axes (`chex.assert_rank`; `what`: e.g. `"[S]"`)."""
+    try:
+        chex.assert_rank(_with_shape(x), rank)
+    except AssertionError as err:
+        named = f" {what}" if what else ""
+        raise ValueError(
+            f"{name} must be a {rank}-D{named} array; got shape {np.shape(x)}"
+        ) from err
+
+
+def check_tree_leading(name: str, tree: Any, num_slots: int) -> None:
+    """Raise `ValueError` unless every leaf of `tree` has leading axis `num_slots` (`[S, ...]`).
+
+    `chex.assert_tree_shape_prefix` on static shapes (valid on tracers, at trace time); the
+    message names the first bad leaf by its path.
+    """
+    try:
+        chex.assert_tree_shape_prefix(jax.tree.map(_with_shape, tree), (num_slots,))
+    except AssertionError as err:
+        raise ValueError(
+            f"{name} must have leading axis S={num_slots} on every leaf ([S, ...]); "
+            f"{_chex_detail(err)}"
+        ) from err

@@ -13,25 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from pfedwn_jax._checks import check_shape
 from pfedwn_jax.algorithms.base import RoundContext
 from pfedwn_jax.engine import ClientState, init_client_state, local_train, mix
-
-
-def check_shape(name: str, x: Any, shape: tuple[int | None, ...]) -> None:
-    """Raise a ``ValueError`` naming ``name`` unless ``x`` has ``shape`` (None: any size).
-
-    Works on tracers too (shapes are static), so jitted callers are checked while tracing.
-    """
-    try:
-        chex.assert_shape(x, shape)
-    except AssertionError:
-        shown = tuple("*" if d is None else d for d in shape)
-        raise ValueError(f"{name} must have shape {shown}; got {np.shape(x)}") from None
 
 
 def check_square(name: str, x: Any) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from pfedwn_jax._checks import check_rank
 from pfedwn_jax.data.batching import client_permutation, epoch_indices
 
 
@@ -41,6 +42,7 @@ def slot_batches(
       idx: `[S, T, B]` int32 indices into the slot's data client's samples.
       valid: `[S, T, B]` bool, False on padded slots and masked steps.
     """
+    check_rank("count", count, 1, "[S]")
     if num_steps is None:
         parts = [
             epoch_indices(

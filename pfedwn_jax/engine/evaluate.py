@@ -9,10 +9,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pfedwn_jax._checks import check_int, check_range
+from pfedwn_jax._checks import check_int, check_range, check_shape, check_tree_leading
 from pfedwn_jax.data.client_data import ClientData
 from pfedwn_jax.engine.losses import per_sample_ce
 from pfedwn_jax.engine.train import check_slots
+from pfedwn_jax.engine.tree import num_slots_of
 from pfedwn_jax.models import Model, check_model_fits
 
 # Samples evaluated at once (pairs x samples per pair) when no chunk_size is given.
@@ -41,14 +42,11 @@ def cross_evaluate(
       `{"loss": [P, M] float32 cross-entropy, "correct": [P, M] float32 (1.0 if the arg-max is
       the label)}`, both 0 on padded samples.
     """
-    num_slots = int(jax.tree.leaves(params)[0].shape[0])
+    num_slots = num_slots_of(params)
+    check_tree_leading("params", params, num_slots)
     check_model_fits(model, data.x.shape[2:])
     check_slots(data, data_client)
-    if np.shape(model_slot) != np.shape(data_client):
-        raise ValueError(
-            f"model_slot and data_client must have the same shape [P]; got "
-            f"{np.shape(model_slot)} and {np.shape(data_client)}"
-        )
+    check_shape("model_slot", model_slot, np.shape(data_client), "[P] (as data_client)")
     check_range("model_slot", model_slot, 0, num_slots - 1)
     num_pairs = int(np.shape(data_client)[0])
     if chunk_size is None:
@@ -93,7 +91,7 @@ def evaluate(
 
     Means over the client's real samples (0 for a client without samples).
     """
-    num_slots = int(jax.tree.leaves(params)[0].shape[0])
+    num_slots = num_slots_of(params)
     check_slots(data, data_client, num_slots)
     out = cross_evaluate(
         model, params, data, np.arange(num_slots), data_client, chunk_size=chunk_size

@@ -16,7 +16,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from pfedwn_jax._checks import check_int
+from pfedwn_jax._checks import check_int, check_shape, check_tree_leading
 
 SLOT_AXIS = "slots"
 
@@ -34,6 +34,7 @@ def resolve_shards(shards: int | None, num_slots: int) -> int:
     `MIN_SLOTS_PER_SHARD` slots (1, i.e. no splitting, on one device or for few slots).
     An explicit `shards` is capped at the number of slots.
     """
+    num_slots = check_int("num_slots", num_slots, 1)
     available = jax.device_count()
     if shards is None:
         return max(1, min(available, num_slots // MIN_SLOTS_PER_SHARD))
@@ -103,6 +104,9 @@ def shard_slots(
     `BALANCE_MAX_SLOTS` slots, the slots are reordered so every block gets a similar share
     of the work, and put back in order afterwards; otherwise the blocks are contiguous.
     """
+    check_tree_leading("per_slot", tuple(per_slot), num_slots)
+    if work is not None:
+        check_shape("work", work, (num_slots,), "[S]")
     size = -(-num_slots // shards) * shards
     pad = size - num_slots
 

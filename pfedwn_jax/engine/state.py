@@ -8,7 +8,7 @@ import jax
 import optax
 
 from pfedwn_jax._checks import check_int
-from pfedwn_jax.engine.tree import broadcast_slots
+from pfedwn_jax.engine.tree import broadcast_slots, num_slots_of
 from pfedwn_jax.models import Model
 
 
@@ -25,7 +25,8 @@ class ClientState(NamedTuple):
 
     @property
     def num_slots(self) -> int:
-        return int(jax.tree.leaves(self.params)[0].shape[0])
+        """S, the leading axis of the parameters."""
+        return num_slots_of(self.params)
 
 
 def init_client_state(

@@ -1,26 +1,42 @@
 """`local_train`: local minibatch training of every model slot at once, as one compiled program.
 
 Layout: slot s trains the model `state.params[s]` on the samples of data client
-`data_client[s]`. The minibatch schedule comes from `engine.batches.slot_batches`; one step of
-one slot is `grad -> optimizer.update -> apply_updates`, skipped (state kept bit for bit) when
-the slot's batch is empty. Slots are executed by the strategy of `engine.strategy`; a group of
-slots loops over steps after each slot's non-empty steps are compacted to the front, only as
-long as its busiest slot, so clients with little data do not pay for the largest client's
-step count.
+`data_client[s]`. The steps, top to bottom:
+
+- `local_train` validates the inputs on the host (`_check_train_inputs`), resolves the
+  strategy and the shard count, and calls the jitted `_train_impl`;
+- `_train_impl` draws the minibatch schedule (`engine.batches.slot_batches`, `[S, T, B]`) and
+  runs `_run_slots` on every shard of slots (`engine.sharding`);
+- `_run_slots` trains the whole block as one group (`_train_group`) or scans over groups of
+  slots (`_train_groups`, the strategies of `engine.strategy`);
+- `_train_group` loops over a group's steps after each slot's non-empty steps are compacted to
+  the front, only as long as its busiest slot, so clients with little data do not pay for the
+  largest client's step count;
+- `_slot_step` is one optimizer step of one slot: gather its minibatch (`_gather_batch`),
+  `grad -> optimizer.update -> apply_updates`, skipped (state kept bit for bit) when the
+  slot's batch is empty.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-from pfedwn_jax._checks import check_finite, check_int, check_range, is_concrete
+from pfedwn_jax._checks import (
+    check_finite,
+    check_int,
+    check_range,
+    check_rank,
+    check_shape,
+    check_tree_leading,
+    is_concrete,
+)
 from pfedwn_jax.data.batching import steps_per_epoch
 from pfedwn_jax.data.client_data import ClientData
 from pfedwn_jax.engine.batches import slot_batches
@@ -37,15 +53,50 @@ from pfedwn_jax.models import Model, check_model_fits
 
 LossFn = Callable[..., jax.Array]
 GradFn = Callable[..., tuple[jax.Array, Any]]
+# (params, opt_state, loss_sum [S], steps [S]): what training a block or group of slots returns.
+SlotsOut = tuple[Any, Any, jax.Array, jax.Array]
+
+
+class _StepFns(NamedTuple):
+    """The static pieces of one optimizer step (see `local_train` for `loss_fn`/`grad_fn`)."""
+
+    model: Model
+    optimizer: optax.GradientTransformation
+    loss_fn: LossFn | None
+    grad_fn: GradFn | None
+
+
+class _Shared(NamedTuple):
+    """Inputs every slot reads (replicated on every shard)."""
+
+    x: jax.Array  # [clients, M, H, W, C] uint8 train images
+    y: jax.Array  # [clients, M] int32 labels
+    grad_key: jax.Array  # PRNG key of `grad_fn`, folded with the slot id and the step
+
+
+class _Slots(NamedTuple):
+    """Per-slot inputs of the step loop; every leaf has the same leading slot axis (S or C)."""
+
+    params: Any  # leaves [S, ...]
+    opt_state: Any  # leaves [S, ...]
+    data_client: jax.Array  # [S] int32, the data client of each slot
+    idx: jax.Array  # [S, T, B] int32 sample indices of each step's minibatch
+    valid: jax.Array  # [S, T, B] bool, False on padded samples and empty steps
+    sample_weight: jax.Array | None  # [S, M] per-sample weights, or None (all 1)
+    aux: Any  # leaves [S, ...] handed to the objective as `aux_s`, or None
+    slot_id: jax.Array  # [S] int32 global slot index (keys of `grad_fn`)
+
+
+# ---------------------------------------------------------------------------------------------
+# Input validation (host side, before tracing)
 
 
 def check_slots(data: ClientData, data_client: Any, num_slots: int | None = None) -> None:
     """Validate `data_client [S]` against the data (host-side; a no-op on tracers)."""
-    shape = np.shape(data_client)
-    if len(shape) != 1:
-        raise ValueError(f"data_client must be a 1-D [S] array; got shape {shape}")
-    if num_slots is not None and shape[0] != num_slots:
-        raise ValueError(f"data_client has {shape[0]} entries; the state has {num_slots} slots")
+    check_rank("data_client", data_client, 1, "[S]")
+    size = np.shape(data_client)[0]
+    if num_slots is not None and size != num_slots:
+        raise ValueError(f"data_client has {size} entries; the state has {num_slots} slots")
     check_range("data_client", data_client, 0, data.num_clients - 1)
     if is_concrete(data_client):
         arr = np.asarray(data_client)
@@ -53,13 +104,47 @@ def check_slots(data: ClientData, data_client: Any, num_slots: int | None = None
             raise ValueError(f"data_client must be integers; got dtype {arr.dtype}")
 
 
-def _check_leading(name: str, tree: Any, num_slots: int) -> None:
-    for leaf in jax.tree.leaves(tree):
-        if np.ndim(leaf) < 1 or np.shape(leaf)[0] != num_slots:
-            raise ValueError(
-                f"{name} must have leading axis S={num_slots} on every leaf; got shape "
-                f"{np.shape(leaf)}"
-            )
+def _check_train_inputs(
+    model: Model,
+    state: ClientState,
+    data: ClientData,
+    data_client: Any,
+    aux: Any,
+    sample_weight: Any,
+    active: Any,
+) -> None:
+    """Check the array inputs of `local_train` against the state's S slots (`[S, ...]`)."""
+    num_slots = state.num_slots
+    check_tree_leading("state", state, num_slots)
+    check_model_fits(model, data.x.shape[2:])
+    check_slots(data, data_client, num_slots)
+    if aux is not None:
+        check_tree_leading("aux", aux, num_slots)
+    if sample_weight is not None:
+        check_shape(
+            "sample_weight", sample_weight, (num_slots, data.max_samples), "[S, max_samples]"
+        )
+        check_finite("sample_weight", sample_weight)
+        check_range("sample_weight", sample_weight, 0.0)
+    if active is not None:
+        check_shape("active", active, (num_slots,), "[S]")
+
+
+def _static_steps_per_epoch(
+    data: ClientData, data_client: Any, active: Any, batch_size: int
+) -> int:
+    """Steps of one epoch (static): the busiest active slot's need when the sample counts are
+    known on the host, else the padded length's (the extra steps are skipped at run time)."""
+    if is_concrete(data.count) and is_concrete(data_client):
+        counts = np.asarray(data.count)[np.asarray(data_client)]
+        if active is not None and is_concrete(active):
+            counts = counts * np.asarray(active, dtype=bool)
+        return steps_per_epoch(int(counts.max(initial=0)), batch_size)
+    return steps_per_epoch(data.max_samples, batch_size)
+
+
+# ---------------------------------------------------------------------------------------------
+# Public entry point
 
 
 def local_train(
@@ -110,39 +195,15 @@ def local_train(
       `(new_state, {"loss": [S] mean objective over the slot's non-empty steps (0 if none),
       "steps": [S] int32 number of optimizer steps taken})`.
     """
-    num_slots = state.num_slots
-    check_model_fits(model, data.x.shape[2:])
-    check_slots(data, data_client, num_slots)
+    _check_train_inputs(model, state, data, data_client, aux, sample_weight, active)
     batch_size = check_int("batch_size", batch_size, 1)
     epochs = check_int("epochs", epochs, 1)
     if num_steps is not None:
         num_steps = check_int("num_steps", num_steps, 1)
-    if aux is not None:
-        _check_leading("aux", aux, num_slots)
-    if sample_weight is not None:
-        if np.shape(sample_weight) != (num_slots, data.max_samples):
-            raise ValueError(
-                f"sample_weight must have shape [S, max_samples] = "
-                f"{(num_slots, data.max_samples)}; got {np.shape(sample_weight)}"
-            )
-        check_finite("sample_weight", sample_weight)
-        check_range("sample_weight", sample_weight, 0.0)
-    if active is not None and np.shape(active) != (num_slots,):
-        raise ValueError(f"active must have shape [S] = ({num_slots},); got {np.shape(active)}")
-    strategy, chunk = resolve_strategy(strategy, chunk_size, num_slots)
-    shards = resolve_shards(shards, num_slots)
+    strategy, chunk = resolve_strategy(strategy, chunk_size, state.num_slots)
+    shards = resolve_shards(shards, state.num_slots)
     check_placement("state", state, shards)
     check_placement("data", data, shards)
-
-    # Static steps per epoch: the largest slot's need when the counts are known on the host.
-    if is_concrete(data.count) and is_concrete(data_client):
-        counts = np.asarray(data.count)[np.asarray(data_client)]
-        if active is not None and is_concrete(active):
-            counts = counts * np.asarray(active, dtype=bool)
-        spe = steps_per_epoch(int(counts.max(initial=0)), batch_size)
-    else:
-        spe = steps_per_epoch(data.max_samples, batch_size)
-
     fn = _train_donated if donate else _train
     return fn(
         model,
@@ -158,7 +219,7 @@ def local_train(
         active,
         batch_size=batch_size,
         epochs=epochs,
-        steps_per_epoch=spe,
+        steps_per_epoch=_static_steps_per_epoch(data, data_client, active, batch_size),
         num_steps=num_steps,
         loss_fn=loss_fn,
         grad_fn=grad_fn,
@@ -168,66 +229,64 @@ def local_train(
     )
 
 
+# ---------------------------------------------------------------------------------------------
+# The jitted program: schedule, shards
+
+
 def _train_impl(
-    model,
-    optimizer,
-    state,
-    x_all,
-    y_all,
-    count_all,
-    data_client,
-    key,
-    aux,
-    sample_weight,
-    active,
+    model: Model,
+    optimizer: optax.GradientTransformation,
+    state: ClientState,
+    x_all: jax.Array,
+    y_all: jax.Array,
+    count_all: jax.Array,
+    data_client: jax.Array,
+    key: jax.Array,
+    aux: Any,
+    sample_weight: jax.Array | None,
+    active: jax.Array | None,
     *,
-    batch_size,
-    epochs,
-    steps_per_epoch,
-    num_steps,
-    loss_fn,
-    grad_fn,
-    strategy,
-    chunk,
-    shards,
-):
+    batch_size: int,
+    epochs: int,
+    steps_per_epoch: int,
+    num_steps: int | None,
+    loss_fn: LossFn | None,
+    grad_fn: GradFn | None,
+    strategy: str,
+    chunk: int,
+    shards: int,
+) -> tuple[ClientState, dict[str, jax.Array]]:
+    """The jitted body of `local_train`: schedule `[S, T, B]`, train every shard, metrics `[S]`.
+
+    An inactive slot gets count 0, hence no valid step: its state comes back unchanged.
+    """
     num_slots = data_client.shape[0]
-    max_samples = y_all.shape[1]
-    count = count_all[data_client]
+    count = count_all[data_client]  # [S] real samples of each slot's client
     if active is not None:
         count = jnp.where(jnp.asarray(active, bool), count, 0)
     batch_key, grad_key = jax.random.split(key)
     idx, valid = slot_batches(
         batch_key,
         count,
-        max_samples,
+        y_all.shape[1],
         batch_size,
         epochs=epochs,
         steps_per_epoch=steps_per_epoch,
         num_steps=num_steps,
     )
     slot_ids = jnp.arange(num_slots, dtype=jnp.int32)
-    run = functools.partial(_run_slots, model, optimizer, loss_fn, grad_fn, strategy, chunk)
-    replicated = (x_all, y_all, grad_key)
-    per_slot = (
-        state.params,
-        state.opt_state,
-        data_client,
-        idx,
-        valid,
-        sample_weight,
-        aux,
-        slot_ids,
-        count,
+    slots = _Slots(
+        state.params, state.opt_state, data_client, idx, valid, sample_weight, aux, slot_ids
     )
+    shared = _Shared(x_all, y_all, grad_key)
+    fns = _StepFns(model, optimizer, loss_fn, grad_fn)
+    run = functools.partial(_run_slots, fns, strategy, chunk)
     if shards == 1:
-        params, opt_state, loss_sum, n = run(*replicated, *per_slot)
+        params, opt_state, loss_sum, n = run(shared, slots, count)
     else:
         params, opt_state, loss_sum, n = shard_slots(
-            run, replicated, per_slot, num_slots, shards, work=count
+            run, (shared,), (slots, count), num_slots, shards, work=count
         )
-
-    # Inactive slots had count 0, hence no valid step: their state is returned unchanged.
     new_state = ClientState(params, opt_state)
     if shards > 1:
         new_state = constrain_slots(new_state, num_slots, shards)
@@ -236,154 +295,198 @@ def _train_impl(
 
 
 def _run_slots(
-    model,
-    optimizer,
-    loss_fn,
-    grad_fn,
-    strategy,
-    chunk,
-    x_all,
-    y_all,
-    grad_key,
-    params_all,
-    opt_all,
-    data_client,
-    idx,
-    valid,
-    sample_weight,
-    aux,
-    slot_ids,
-    count,
-):
-    """Train the given slots (leading axis S_local) with `strategy`; the body of one shard.
+    fns: _StepFns, strategy: str, chunk: int, shared: _Shared, slots: _Slots, count: jax.Array
+) -> SlotsOut:
+    """Train a block of S_local slots (`slots` leaves `[S_local, ...]`, `count [S_local]`) with
+    `strategy`: the body of one shard. Returns `(params, opt_state, loss_sum, steps)`."""
+    if strategy == "vmap" or chunk >= slots.data_client.shape[0]:
+        return _train_group(fns, shared, slots)
+    return _train_groups(fns, shared, slots, count, strategy, chunk)
 
-    Returns `(params, opt_state, loss_sum [S_local], steps [S_local])`.
+
+# ---------------------------------------------------------------------------------------------
+# One optimizer step of one slot
+
+
+def _gather_batch(
+    shared: _Shared, dc: jax.Array, idx_t: jax.Array, valid_t: jax.Array, sw: jax.Array | None
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """One slot's minibatch: `x [B, H, W, C]`, `y [B]`, weights `w [B]` float32 (0 on padding).
+
+    `dc` is the slot's data client, `idx_t [B]` the sample indices, `valid_t [B]` the mask,
+    `sw [M]` the slot's per-sample weights (or None).
     """
-    num_slots = data_client.shape[0]
+    x = shared.x[dc, idx_t]
+    y = shared.y[dc, idx_t]
+    w = valid_t.astype(jnp.float32)
+    if sw is not None:
+        w = w * sw[idx_t].astype(jnp.float32)
+    return x, y, w
 
-    def objective(params, x, y, w, valid_t, aux_s):
-        if loss_fn is not None:
-            return loss_fn(params, x, y, w, aux_s)
-        return weighted_ce(model.apply(params, x), y, w, jnp.sum(valid_t))
 
-    def slot_step(params, opt_state, dc, idx_t, valid_t, sw, aux_s, slot_id, t, masked=True):
-        """One optimizer step of one slot; with `masked`, an empty batch leaves it unchanged."""
-        x = x_all[dc, idx_t]
-        y = y_all[dc, idx_t]
-        w = valid_t.astype(jnp.float32)
-        if sw is not None:
-            w = w * sw[idx_t].astype(jnp.float32)
-        if grad_fn is not None:
-            step_key = jax.random.fold_in(jax.random.fold_in(grad_key, slot_id), t)
-            loss, grads = grad_fn(params, x, y, w, aux_s, step_key)
-        else:
-            loss, grads = jax.value_and_grad(objective)(params, x, y, w, valid_t, aux_s)
-        updates, new_opt = optimizer.update(grads, opt_state, params)
-        new_params = optax.apply_updates(params, updates)
-        ok = jnp.any(valid_t)
-        if not masked:  # the caller guarantees a non-empty batch: skip the extra pass
-            return new_params, new_opt, loss, ok
-        keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, old)
-        return keep(new_params, params), keep(new_opt, opt_state), jnp.where(ok, loss, 0.0), ok
+def _objective(
+    fns: _StepFns,
+    params: Any,
+    x: jax.Array,
+    y: jax.Array,
+    w: jax.Array,
+    valid_t: jax.Array,
+    aux_s: Any,
+) -> jax.Array:
+    """One slot's minibatch objective: `loss_fn`, or the mean cross-entropy over real samples."""
+    if fns.loss_fn is not None:
+        return fns.loss_fn(params, x, y, w, aux_s)
+    return weighted_ce(fns.model.apply(params, x), y, w, jnp.sum(valid_t))
 
-    def train_group(params, opt_state, dcs, g_idx, g_valid, g_sw, g_aux, g_ids):
-        """Train a group of C slots (all leading axes C) through their non-empty steps.
 
-        Each slot's non-empty steps are moved to the front (stable, so their order is kept)
-        and the group loops `max(non-empty steps)` times: a slot with little data stops
-        early (its remaining steps are empty, hence no-ops), and no step is wasted on the
-        trailing padded steps of the whole group.
-        """
-        size = dcs.shape[0]
-        nonempty = jnp.any(g_valid, axis=-1)  # [C, T]
-        step_order = jnp.argsort(~nonempty, axis=1, stable=True).astype(jnp.int32)
-        rows = jnp.arange(size)
+def _slot_step(
+    fns: _StepFns,
+    shared: _Shared,
+    params: Any,
+    opt_state: Any,
+    dc: jax.Array,
+    idx_t: jax.Array,
+    valid_t: jax.Array,
+    sw: jax.Array | None,
+    aux_s: Any,
+    slot_id: jax.Array,
+    t: jax.Array,
+    masked: bool = True,
+) -> tuple[Any, Any, jax.Array, jax.Array]:
+    """One optimizer step of one slot at step `t` on minibatch `idx_t [B]`, `valid_t [B]`.
 
-        if size == 1:  # one slot: unbatched, and every step it runs is non-empty (no masking)
-            squeeze = lambda tree: jax.tree.map(lambda a: a[0], tree)
-            expand = lambda tree: jax.tree.map(lambda a: a[None], tree)
-
-            def group_step(p, o, idx_t, valid_t, t):
-                p, o, loss, ok = slot_step(
-                    squeeze(p),
-                    squeeze(o),
-                    dcs[0],
-                    idx_t[0],
-                    valid_t[0],
-                    None if g_sw is None else g_sw[0],
-                    None if g_aux is None else squeeze(g_aux),
-                    g_ids[0],
-                    t[0],
-                    masked=False,
-                )
-                return expand(p), expand(o), loss[None], ok[None]
-        else:
-            group_step = lambda p, o, idx_t, valid_t, t: jax.vmap(slot_step)(
-                p, o, dcs, idx_t, valid_t, g_sw, g_aux, g_ids, t
-            )
-
-        def body(k, carry):
-            p, o, loss_sum, n = carry
-            t = step_order[:, k]  # [C] each slot's k-th non-empty step
-            p, o, loss, ok = group_step(p, o, g_idx[rows, t], g_valid[rows, t], t)
-            return p, o, loss_sum + loss.astype(jnp.float32), n + ok.astype(jnp.int32)
-
-        init = (params, opt_state, jnp.zeros(size, jnp.float32), jnp.zeros(size, jnp.int32))
-        trips = jnp.max(jnp.sum(nonempty, axis=1))
-        return jax.lax.fori_loop(0, trips, body, init)
-
-    if strategy == "vmap" or chunk >= num_slots:
-        return train_group(
-            params_all, opt_all, data_client, idx, valid, sample_weight, aux, slot_ids
-        )
-
-    # Groups of `chunk` slots, largest data first; padded entries point past the end (S)
-    # and are dropped when scattered back. One slot per group (map) uses dynamic slices,
-    # updated in place.
-    groups = -(-num_slots // chunk)
-    local = jnp.arange(num_slots, dtype=jnp.int32)
-    if strategy == "map":
-        order = local.reshape(groups, 1)
-        get = lambda full, slots: jax.lax.dynamic_slice_in_dim(full, slots[0], 1)
-        put = lambda full, part, slots: jax.lax.dynamic_update_slice_in_dim(full, part, slots[0], 0)
+    Returns `(params, opt_state, loss, ok)`, `ok` True when the batch has a real sample. With
+    `masked`, an empty batch leaves the state unchanged (bit for bit) and its loss 0; without,
+    the caller guarantees a non-empty batch and the selection is skipped.
+    """
+    x, y, w = _gather_batch(shared, dc, idx_t, valid_t, sw)
+    if fns.grad_fn is not None:
+        step_key = jax.random.fold_in(jax.random.fold_in(shared.grad_key, slot_id), t)
+        loss, grads = fns.grad_fn(params, x, y, w, aux_s, step_key)
     else:
-        order = jnp.argsort(-count, stable=True)
-        order = jnp.concatenate([order, jnp.full(groups * chunk - num_slots, num_slots)])
-        order = order.astype(jnp.int32).reshape(groups, chunk)
-        get = lambda full, slots: jnp.take(full, jnp.minimum(slots, num_slots - 1), axis=0)
-        put = lambda full, part, slots: full.at[slots].set(part, mode="drop")
+        objective = functools.partial(_objective, fns)
+        loss, grads = jax.value_and_grad(objective)(params, x, y, w, valid_t, aux_s)
+    updates, new_opt = fns.optimizer.update(grads, opt_state, params)
+    new_params = optax.apply_updates(params, updates)
+    ok = jnp.any(valid_t)
+    if not masked:
+        return new_params, new_opt, loss, ok
+    keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, old)
+    return keep(new_params, params), keep(new_opt, opt_state), jnp.where(ok, loss, 0.0), ok
 
-    def group_body(g, carry):
-        p_all, o_all, l_all, n_all = carry
-        slots = order[g]
-        g_valid = get(valid, slots) & (slots < num_slots)[:, None, None]
-        g_sw = None if sample_weight is None else get(sample_weight, slots)
-        take = lambda tree: jax.tree.map(lambda a: get(a, slots), tree)
-        p, o, loss_sum, n = train_group(
-            take(p_all),
-            take(o_all),
-            get(data_client, slots),
-            get(idx, slots),
-            g_valid,
-            g_sw,
-            None if aux is None else take(aux),
-            get(slot_ids, slots),
-        )
-        put_all = lambda full, part: jax.tree.map(lambda a, b: put(a, b, slots), full, part)
-        return (
-            put_all(p_all, p),
-            put_all(o_all, o),
-            put(l_all, loss_sum, slots),
-            put(n_all, n, slots),
-        )
+
+# ---------------------------------------------------------------------------------------------
+# The compacted step loop of one group of slots
+
+
+def _group_step(
+    fns: _StepFns,
+    shared: _Shared,
+    group: _Slots,
+    params: Any,
+    opt_state: Any,
+    idx_t: jax.Array,
+    valid_t: jax.Array,
+    t: jax.Array,
+) -> tuple[Any, Any, jax.Array, jax.Array]:
+    """`_slot_step` of every slot of a group of C (leaves `[C, ...]`, `idx_t, valid_t [C, B]`,
+    `t [C]`) -> `(params, opt_state, loss [C], ok [C])`.
+
+    Several slots: vmapped and masked, since a slot may have fewer non-empty steps than the
+    group runs. One slot: unbatched and unmasked, as every step `_train_group` runs for it is
+    non-empty.
+    """
+    args = (params, opt_state, group.data_client, idx_t, valid_t)
+    args += (group.sample_weight, group.aux, group.slot_id, t)
+    if group.data_client.shape[0] > 1:
+        return jax.vmap(functools.partial(_slot_step, fns, shared))(*args)
+    one = jax.tree.map(lambda a: a[0], args)
+    out = _slot_step(fns, shared, *one, masked=False)
+    return jax.tree.map(lambda a: a[None], out)
+
+
+def _train_group(fns: _StepFns, shared: _Shared, group: _Slots) -> SlotsOut:
+    """Train a group of C slots (`group` leaves `[C, ...]`) through their non-empty steps.
+
+    Each slot's non-empty steps are moved to the front (stable, so their order is kept) and the
+    group loops `max(non-empty steps)` times: a slot with little data stops early (its
+    remaining steps are empty, hence no-ops), and no step is wasted on the trailing padded
+    steps of the whole group. Returns `(params, opt_state, loss_sum [C], steps [C])`.
+    """
+    size = group.data_client.shape[0]
+    nonempty = jnp.any(group.valid, axis=-1)  # [C, T]
+    step_order = jnp.argsort(~nonempty, axis=1, stable=True).astype(jnp.int32)  # [C, T]
+    rows = jnp.arange(size)
+    group_step = functools.partial(_group_step, fns, shared, group)
+
+    def body(k: jax.Array, carry: SlotsOut) -> SlotsOut:
+        p, o, loss_sum, n = carry
+        t = step_order[:, k]  # [C] each slot's k-th non-empty step
+        p, o, loss, ok = group_step(p, o, group.idx[rows, t], group.valid[rows, t], t)
+        return p, o, loss_sum + loss.astype(jnp.float32), n + ok.astype(jnp.int32)
+
+    init = (group.params, group.opt_state, jnp.zeros(size, jnp.float32), jnp.zeros(size, jnp.int32))
+    trips = jnp.max(jnp.sum(nonempty, axis=1))
+    return jax.lax.fori_loop(0, trips, body, init)
+
+
+# ---------------------------------------------------------------------------------------------
+# The scan over groups of slots ("map" and "chunked")
+
+
+def _group_order(strategy: str, chunk: int, count: jax.Array) -> jax.Array:
+    """`[G, C]` local slot indices of each group: one slot per group in order ("map"), or
+    groups of `chunk` slots by decreasing data size ("chunked"), padded with S (past the end)."""
+    num_slots = count.shape[0]
+    groups = -(-num_slots // chunk)
+    if strategy == "map":
+        return jnp.arange(num_slots, dtype=jnp.int32).reshape(groups, 1)
+    order = jnp.argsort(-count, stable=True)
+    order = jnp.concatenate([order, jnp.full(groups * chunk - num_slots, num_slots)])
+    return order.astype(jnp.int32).reshape(groups, chunk)
+
+
+def _take_group(strategy: str, full: jax.Array, ids: jax.Array) -> jax.Array:
+    """Rows `ids [C]` of `full [S, ...]`: a dynamic slice for "map" (one slot), else a gather
+    (padded ids read the last slot; their steps are masked out)."""
+    if strategy == "map":
+        return jax.lax.dynamic_slice_in_dim(full, ids[0], 1)
+    return jnp.take(full, jnp.minimum(ids, full.shape[0] - 1), axis=0)
+
+
+def _put_group(strategy: str, full: jax.Array, part: jax.Array, ids: jax.Array) -> jax.Array:
+    """Write `part [C, ...]` back to rows `ids` of `full [S, ...]`: in place for "map", else a
+    scatter that drops the padded ids."""
+    if strategy == "map":
+        return jax.lax.dynamic_update_slice_in_dim(full, part, ids[0], 0)
+    return full.at[ids].set(part, mode="drop")
+
+
+def _train_groups(
+    fns: _StepFns, shared: _Shared, slots: _Slots, count: jax.Array, strategy: str, chunk: int
+) -> SlotsOut:
+    """Train `slots` (leaves `[S, ...]`) group after group (`fori_loop` over the `[G, C]` order
+    of `_group_order`), each group by `_train_group`, its results written back in place."""
+    num_slots = slots.data_client.shape[0]
+    order = _group_order(strategy, chunk, count)
+    take = lambda tree, ids: jax.tree.map(lambda a: _take_group(strategy, a, ids), tree)
+    put = lambda full, part, ids: jax.tree.map(
+        lambda a, b: _put_group(strategy, a, b, ids), full, part
+    )
+
+    def body(g: jax.Array, carry: SlotsOut) -> SlotsOut:
+        ids = order[g]  # [C]
+        group = take(slots._replace(params=carry[0], opt_state=carry[1]), ids)
+        group = group._replace(valid=group.valid & (ids < num_slots)[:, None, None])
+        return put(carry, _train_group(fns, shared, group), ids)
 
     init = (
-        params_all,
-        opt_all,
+        slots.params,
+        slots.opt_state,
         jnp.zeros(num_slots, jnp.float32),
         jnp.zeros(num_slots, jnp.int32),
     )
-    return jax.lax.fori_loop(0, groups, group_body, init)
+    return jax.lax.fori_loop(0, order.shape[0], body, init)
 
 
 _STATIC = (
