@@ -23,7 +23,7 @@ from pfedwn_jax.wireless.perr import (
     power_ratio_matrix,
 )
 from pfedwn_jax.wireless.selection import select_neighbors
-from pfedwn_jax.wireless.topology import place_uniform, sample_ppp
+from pfedwn_jax.wireless.topology import place_network, place_uniform, sample_ppp, topology_keys
 
 __all__ = [
     "INTERFERENCE_MODES",
@@ -38,6 +38,7 @@ __all__ = [
     "link_geometry",
     "lognormal_params",
     "path_gain",
+    "place_network",
     "place_uniform",
     "power_ratio_matrix",
     "rayleigh_pdf",
@@ -45,5 +46,6 @@ __all__ = [
     "select_neighbors",
     "simulate_links",
     "threshold_moments",
+    "topology_keys",
     "transmit_probability",
 ]
