@@ -249,19 +249,20 @@ def test_progress_bar_on_a_terminal_is_tqdm(monkeypatch):
     assert isinstance(quiet, runner_mod.tqdm) and quiet.disable
 
 
+def _interrupt_at(method: str, rounds: int):
+    """A `run` callback that interrupts the run once `method` has done `rounds` rounds."""
+
+    def callback(name, rounds_done, metrics):
+        if (name, rounds_done) == (method, rounds):
+            raise KeyboardInterrupt
+
+    return callback
+
+
 def test_resumed_method_time_is_marked_in_result_and_table(tmp_path):
-    ckpt = tmp_path / "ckpt.npz"
-    cfg = ExperimentConfig(**TINY)
-
-    class Stop(Exception):
-        pass
-
-    def stop(method, rounds_done, metrics):
-        if method == "fedavg" and rounds_done == 2:
-            raise Stop
-
-    with pytest.raises(Stop):
-        run(cfg, progress=False, checkpoint=ckpt, callback=stop)
+    ckpt, cfg = tmp_path / "ckpt.npz", ExperimentConfig(**TINY)
+    with pytest.raises(KeyboardInterrupt):  # as if killed after fedavg's round 2 of 3
+        run(cfg, progress=False, checkpoint=ckpt, callback=_interrupt_at("fedavg", 2))
     res = run(cfg, progress=False, checkpoint=ckpt, resume=True)
     local, fedavg = res.methods["local"]["timings"], res.methods["fedavg"]["timings"]
     assert "resumed_at" not in local and fedavg["resumed_at"] == [2]
