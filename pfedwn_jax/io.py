@@ -74,6 +74,8 @@ def _check_dir(directory: Path, shown: Path, what: str) -> None:
     """Raise `ValueError` (naming `shown`) unless files can be created in `directory`."""
     existing = directory
     while not os.path.exists(existing):  # False also where a parent is a file or unreadable
+        if existing.parent == existing:  # a relative path whose working directory is gone
+            raise ValueError(f"{what} {str(shown)!r}: no existing directory above it")
         existing = existing.parent
     if not existing.is_dir():
         where = "is a file" if existing == shown else f"lies under the file {str(existing)!r}"
