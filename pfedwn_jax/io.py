@@ -1,8 +1,15 @@
 """Atomic file writes: a reader never sees a half-written file, even after a crash.
 
 The one place every package writes files through (results, checkpoints, tables, plots): each
-writes a temp file beside the target, fsyncs it and `os.replace`s it onto the target. Files get
-the usual permissions for the user's umask (not `mkstemp`'s 0600).
+writes a temp file `.NAME.XXXXXXXX.tmp` beside the target, fsyncs it and `os.replace`s it onto
+the target. Files get the usual permissions for the user's umask (not `mkstemp`'s 0600).
+
+A write killed half way leaves its temp file behind; the next write into the same directory
+removes such leftovers (`remove_stale_temps`). While a write is in progress its temp file is
+locked (`flock`), so a leftover is told apart from a write that is still running.
+
+`check_writable_dir` / `check_writable_file` check an output path before any work, so a bad
+path fails at once with a `ValueError` naming it instead of after a long computation.
 """
 
 from __future__ import annotations
@@ -10,40 +17,152 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+try:
+    import fcntl
+except ImportError:  # not on Windows: leftovers are then told apart by age alone
+    fcntl = None  # type: ignore[assignment]
+
 __all__ = [
+    "STALE_TEMP_S",
+    "TEMP_PATTERN",
     "atomic_open",
     "atomic_savefig",
     "atomic_write_json",
     "atomic_write_text",
     "atomic_write_with",
+    "check_writable_dir",
+    "check_writable_file",
+    "remove_stale_temps",
 ]
 
+# temp files of `atomic_open`: "." + target name + "." + mkstemp's 8 random characters + ".tmp"
+TEMP_PATTERN = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
+# a temp file younger than this is never removed (it may be a write just starting)
+STALE_TEMP_S = 5.0
 
+
+# --------------------------------------------------------------------------- checks
+def check_writable_dir(path: str | Path, what: str = "output directory") -> Path:
+    """`path` if it is, or can be created as, a directory this process can write files in.
+
+    Raises `ValueError` naming `path` if it is a file, lies under a file, or its nearest
+    existing directory refuses new files (read-only, no permission). Nothing is created but
+    a probe file, removed at once.
+    """
+    path = Path(path)
+    _check_dir(path, path, what)
+    return path
+
+
+def check_writable_file(path: str | Path, what: str = "output file") -> Path:
+    """`path` if a file can be written there: not a directory, its directory writable."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{what} {str(path)!r} is a directory; give a file name")
+    _check_dir(path.parent, path, what)
+    return path
+
+
+def _check_dir(directory: Path, shown: Path, what: str) -> None:
+    """Raise `ValueError` (naming `shown`) unless files can be created in `directory`."""
+    existing = directory
+    while not os.path.exists(existing):  # False also where a parent is a file or unreadable
+        if existing.parent == existing:  # a relative path whose working directory is gone
+            raise ValueError(f"{what} {str(shown)!r}: no existing directory above it")
+        existing = existing.parent
+    if not existing.is_dir():
+        where = "is a file" if existing == shown else f"lies under the file {str(existing)!r}"
+        raise ValueError(f"{what} {str(shown)!r} {where}, not a directory")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".pfedwn-check.", suffix=".tmp", dir=existing)
+    except OSError as e:
+        raise ValueError(
+            f"{what} {str(shown)!r}: cannot create files in {str(existing)!r} ({e.strerror or e})"
+        ) from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+# --------------------------------------------------------------------------- leftovers
+def remove_stale_temps(directory: str | Path, min_age_s: float = STALE_TEMP_S) -> list[Path]:
+    """Remove the leftover temp files of killed `atomic_open` writes in `directory`.
+
+    Only files named like our temp files (`TEMP_PATTERN`), at least `min_age_s` seconds old
+    and not locked by a write in progress (in any process) are removed. Best effort: a file
+    that cannot be examined or removed is left. Returns the removed paths.
+    """
+    removed = []
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return removed
+    now = time.time()
+    for entry in entries:
+        if not TEMP_PATTERN.match(entry.name):
+            continue
+        with contextlib.suppress(OSError):
+            if not entry.is_file(follow_symlinks=False):
+                continue
+            if now - entry.stat(follow_symlinks=False).st_mtime < min_age_s:
+                continue
+            if _unlink_if_unlocked(entry.path):
+                removed.append(Path(entry.path))
+    return removed
+
+
+def _unlink_if_unlocked(path: str) -> bool:
+    """Unlink `path` unless a live write holds its lock; True if removed."""
+    if fcntl is None:
+        os.unlink(path)
+        return True
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # a write in progress
+        os.unlink(path)
+        return True
+    finally:
+        os.close(fd)  # also releases the lock
+
+
+# --------------------------------------------------------------------------- writes
 @contextlib.contextmanager
 def atomic_open(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
     """Open a temp file beside `path`; on success fsync and `os.replace` it onto `path`.
 
-    Missing parent directories are created. On an exception the temp file is removed and
-    `path` is left as it was.
+    Missing parent directories are created and leftovers of killed writes there removed. On
+    an exception the temp file is removed and `path` is left as it was; an `OSError` without
+    a file name gets `path` as its file name (so an error message names it).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temps(path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # marks the write as live for `remove_stale_temps`
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual permissions
         with os.fdopen(fd, mode) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+            os.replace(tmp, path)  # still locked: never seen unlocked under the temp name
+    except BaseException as e:
+        if tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        if isinstance(e, OSError) and e.errno is not None and e.filename in (None, tmp):
+            raise OSError(e.errno, e.strerror or str(e), str(path)) from e
         raise
 
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 
-import jax
 import numpy as np
 import pytest
 
 from pfedwn_jax.cli import main
-from pfedwn_jax.wireless import error_probability, place_uniform
+from pfedwn_jax.wireless import error_probability, place_network
 
 
 def test_neighbors_cli_table_json_and_plot(tmp_path, capsys):
@@ -36,7 +35,7 @@ def test_neighbors_cli_table_json_and_plot(tmp_path, capsys):
     text = capsys.readouterr().out
     rows = json.loads(out_json.read_text())["neighbors"]
     assert len(rows) == 6 and out_png.stat().st_size > 10_000
-    t, nb = place_uniform(jax.random.key(3), 6)
+    t, nb = place_network(3, 6)
     perr = np.asarray(error_probability(t, nb, 10.0))
     np.testing.assert_allclose([r["perr"] for r in rows], perr, rtol=1e-6)
     assert [r["selected"] for r in rows] == list(perr < 0.05)

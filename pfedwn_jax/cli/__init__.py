@@ -1,7 +1,14 @@
 """The `pfedwn` command line: a thin layer over the Python API.
 
 Each subcommand lives in its own module exposing `add_parser(subparsers)`; the parser sets
-`func(args) -> int`. A `ValueError` from the API becomes a one-line error and exit status 2.
+`func(args) -> int`. Errors become one line on stderr, never a traceback:
+
+- exit status 2: a `ValueError`, i.e. the command line asks for something impossible (a bad
+  value, an output path that is a file or not writable: checked before any work);
+- exit status 1: an `OSError` during the work (disk full, a directory removed or made
+  read-only meanwhile), printed with the path it concerns: the input was fine, the system
+  failed, so the status differs from a usage error;
+- exit status 130: interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -46,9 +53,19 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"pfedwn {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:
+        print(f"pfedwn {args.command}: error: {describe_os_error(e)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"pfedwn {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def describe_os_error(e: OSError) -> str:
+    """One line: what failed and the path(s) it concerns (`[Errno 28] ...` without the code)."""
+    what = " ".join((e.strerror or str(e) or type(e).__name__).split())
+    paths = [str(p) for p in (e.filename, e.filename2) if p is not None]
+    return f"{what}: {' -> '.join(paths)}" if paths else what
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from pfedwn_jax.data import (
     prepare_tfds,
 )
 from pfedwn_jax.data.plot import plot_label_heatmap
+from pfedwn_jax.io import check_writable_file
 from pfedwn_jax.plotting import MISSING
 
 
@@ -38,6 +39,8 @@ def format_table(counts: np.ndarray, train: np.ndarray, test: np.ndarray) -> str
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    if args.plot:
+        check_writable_file(args.plot, "--plot")
     fed = make_federated(
         args.dataset,
         args.clients,

@@ -1,4 +1,8 @@
-"""`pfedwn neighbors`: place a target and n neighbors, print P_err and the selection, plot."""
+"""`pfedwn neighbors`: place a target and n neighbors, print P_err and the selection, plot.
+
+`--seed S` places the network `run()` uses for `topology_seed=S` (`place_network`), so with the
+default target (data client 0) neighbor `k` here is data client `k` in the experiment.
+"""
 
 from __future__ import annotations
 
@@ -7,18 +11,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
 from pfedwn_jax._checks import check_int
-from pfedwn_jax.io import atomic_write_json
+from pfedwn_jax.io import atomic_write_json, check_writable_file
 from pfedwn_jax.plotting import MISSING, pyplot, save_figure
 from pfedwn_jax.wireless import (
     MOMENT_MODES,
     ChannelParams,
     error_probability,
-    place_uniform,
+    place_network,
     select_neighbors,
 )
 
@@ -34,7 +37,12 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--num-neighbors", type=int, default=10)
     p.add_argument("--gamma-th", type=float, default=5.0, help="SINR threshold (linear)")
     p.add_argument("--eps", type=float, default=0.05, help="selection threshold on P_err")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="topology seed: the network `pfedwn run --topology-seed` places (default: 0)",
+    )
     p.add_argument("--moments", choices=MOMENT_MODES, default="paper")
     p.add_argument("--num-subchannels", type=int, default=ChannelParams().num_subchannels)
     p.add_argument("--plot", type=Path, default=None, help="write a Fig. 4-style heatmap PNG")
@@ -184,8 +192,11 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     n = check_int("--num-neighbors", args.num_neighbors, 1, 10_000)
+    for flag, path in (("--json", args.json), ("--plot", args.plot)):
+        if path is not None:
+            check_writable_file(path, flag)
     params = ChannelParams(num_subchannels=args.num_subchannels)
-    target, neighbors = place_uniform(jax.random.key(args.seed), n, params)
+    target, neighbors = place_network(args.seed, n, params)
     perr = error_probability(target, neighbors, args.gamma_th, params, args.moments)
     chosen = select_neighbors(perr, args.eps)
     print(

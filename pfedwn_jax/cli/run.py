@@ -8,6 +8,10 @@ Several cases: `--dataset a,b` and/or `--gamma-th 5,10,15` (with `--target` eith
 or one per gamma_th) run every case (gamma_th, target) on every dataset, each into its own
 `DIR/<case>/` directory, and print the paper's Table II layout with one column per
 case/dataset (also written to `DIR/table.txt`, with `DIR/cases.json` listing the runs).
+
+`--out DIR` is checked before any work (it must be, or be creatable as, a writable directory).
+A rerun into the same directory removes the files of `OUTPUTS` a previous run wrote there that
+this run does not write again (a stale `pi_history.png` beside a new `results.json`).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import sys
 import tomllib
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +38,7 @@ from pfedwn_jax.experiment import (
     plot_pi_history,
     run,
 )
-from pfedwn_jax.io import atomic_write_json, atomic_write_text
+from pfedwn_jax.io import atomic_write_json, atomic_write_text, check_writable_dir
 from pfedwn_jax.plotting import MISSING
 
 # Fields whose flag takes a comma-separated list: each value is its own case (see above).
@@ -53,6 +57,8 @@ PI_PLOT = "pi_history.png"
 TABLE = "table.txt"
 CASES = "cases.json"
 CHECKPOINT = "checkpoint.npz"
+# every file `pfedwn run` writes into an output directory (the checkpoint has its own rules)
+OUTPUTS = (RESULTS, CURVE, PI_PLOT, TABLE, CASES)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -272,7 +278,18 @@ def _run_one(
             pi_png = plot_pi_history(result, out / PI_PLOT)
             if pi_png is not None:
                 written.append(pi_png)
+    remove_stale_outputs(out, written)
     return result, written
+
+
+def remove_stale_outputs(out: Path, written: Iterable[Path]) -> list[Path]:
+    """Remove the `OUTPUTS` files in `out` that are not in `written` (a previous run's)."""
+    keep = {Path(p) for p in written}
+    stale = [out / name for name in OUTPUTS if out / name not in keep and (out / name).is_file()]
+    for path in stale:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+    return stale
 
 
 def _case_dir(k: int, config: ExperimentConfig, several_cases: bool) -> str:
@@ -282,8 +299,8 @@ def _case_dir(k: int, config: ExperimentConfig, several_cases: bool) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
+    out: Path = check_writable_dir(args.out, "--out")
     configs = configs_from_args(args)
-    out: Path = args.out
     if len(configs) == 1:
         result, written = _run_one(configs[0], out, args)
         print(format_table(result))
@@ -326,6 +343,7 @@ def main(args: argparse.Namespace) -> int:
             ]
         },
     )
+    remove_stale_outputs(out, [out / TABLE, out / CASES])
     print(text, end="")
     print(f"total {total:.1f} s; wrote {out / TABLE}, {out / CASES} and one directory per case")
     return 0

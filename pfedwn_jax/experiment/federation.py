@@ -1,8 +1,9 @@
 """Who trains with whom: the federation built from the wireless neighbor selection.
 
 Single-target mode (the paper's setting): the target and `num_neighbors` neighbors are placed
-with `place_uniform`; each neighbor's error probability to the target is computed (the other
-neighbors interfere) and those with `P_err < eps` are selected. Slots are the target (slot 0)
+with `place_network(topology_seed, ...)` (the network `pfedwn neighbors --seed` shows); each
+neighbor's error probability to the target is computed (the other neighbors interfere) and
+those with `P_err < eps` are selected. Slots are the target (slot 0)
 and its selected neighbors; the group is fully connected (every baseline trains inside it).
 
 Network-wide mode: the same placement; every client is a target. Row `i` of the
@@ -24,7 +25,13 @@ import jax
 import numpy as np
 
 from pfedwn_jax.experiment.config import ExperimentConfig
-from pfedwn_jax.wireless import ChannelParams, error_probability, place_uniform, select_neighbors
+from pfedwn_jax.wireless import (
+    ChannelParams,
+    error_probability,
+    place_network,
+    select_neighbors,
+    topology_keys,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,10 +98,10 @@ def channel_params(config: ExperimentConfig) -> ChannelParams:
 
 def place_nodes(config: ExperimentConfig) -> tuple[np.ndarray, np.ndarray, jax.Array]:
     """Placement from the topology seed: `(centre_xy [2], others_xy [n, 2], spare key)`."""
-    key = jax.random.PRNGKey(config.topology_seed)
-    k_place, k_spare = jax.random.split(key)
-    centre, others = place_uniform(k_place, config.num_neighbors, channel_params(config))
-    return np.asarray(centre, np.float64), np.asarray(others, np.float64), k_spare
+    seed = config.topology_seed
+    centre, others = place_network(seed, config.num_neighbors, channel_params(config))
+    spare = topology_keys(seed)[1]
+    return np.asarray(centre, np.float64), np.asarray(others, np.float64), spare
 
 
 def resolve_target(config: ExperimentConfig, key: jax.Array) -> int:

@@ -9,6 +9,8 @@ import numpy as np
 from pfedwn_jax.experiment.results import Result
 from pfedwn_jax.plotting import pyplot, save_figure
 
+RESUMED_NOTE = "* resumed: time includes the interrupted run's rounds and compilation"
+
 
 def _pct(x: float | None) -> str:
     return "  -  " if x is None or not np.isfinite(x) else f"{100 * x:5.1f}"
@@ -41,10 +43,13 @@ def format_table(result: Result) -> str:
         m = result.methods[name]
         secs = m.get("timings", {}).get("total_s")
         time_s = f"{secs:7.1f}" if secs is not None else "      -"
+        resumed = "*" if m.get("timings", {}).get("resumed_at") else ""
         lines.append(
             f"{name:<{width}}  {_pct(m.get('max_target_accuracy'))}  "
-            f"{_pct(m.get('final_target_accuracy'))}  {time_s}"
+            f"{_pct(m.get('final_target_accuracy'))}  {time_s}{resumed}"
         )
+    if any(result.methods[name].get("timings", {}).get("resumed_at") for name in names):
+        lines.append(RESUMED_NOTE)
     return "\n".join(lines)
 
 

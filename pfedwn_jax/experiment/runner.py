@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -43,7 +44,7 @@ from pfedwn_jax.engine import constrain_slots, evaluate, put_slots, replicate, r
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.experiment.federation import Federation, build_federation
 from pfedwn_jax.experiment.results import Result, to_jsonable
-from pfedwn_jax.io import atomic_write_with
+from pfedwn_jax.io import atomic_write_with, check_writable_file
 from pfedwn_jax.models import get_model
 
 ProgressCallback = Callable[[str, int, dict[str, Any]], None]
@@ -358,6 +359,8 @@ def run_method(
     compiled, compile_s = compile_round(exp, alg, hp, state)
     entry["timings"]["compile_s"] += compile_s
     rounds, start = exp.config.rounds, len(entry["target_accuracy"])
+    if 0 < start < rounds:  # times from here on add to those of the interrupted process
+        entry["timings"].setdefault("resumed_at", []).append(start)
     is_target = np.asarray(exp.federation.is_target)
     bar = _progress_bar(name, rounds, start, progress)
     try:
@@ -378,7 +381,10 @@ def run_method(
     return entry
 
 
-def _progress_bar(name: str, total: int, initial: int, enabled: bool) -> tqdm:
+def _progress_bar(name: str, total: int, initial: int, enabled: bool) -> tqdm | LineProgress:
+    """A tqdm bar on a terminal (or notebook); plain lines where stderr is a log file."""
+    if enabled and not _interactive():
+        return LineProgress(name, total, initial)
     return tqdm(
         total=total,
         initial=initial,
@@ -388,6 +394,52 @@ def _progress_bar(name: str, total: int, initial: int, enabled: bool) -> tqdm:
         leave=True,
         dynamic_ncols=True,
     )
+
+
+def _interactive() -> bool:
+    """Whether a redrawn bar shows as one line: stderr is a terminal, or tqdm is a notebook's."""
+    if any(cls.__module__ == "tqdm.notebook" for cls in tqdm.__mro__):
+        return True
+    isatty = getattr(sys.stderr, "isatty", None)
+    return bool(isatty and isatty())
+
+
+class LineProgress:
+    """Progress as plain stderr lines, for logs: every `max(1, total // 10)` rounds and the last.
+
+    The part of tqdm's interface `run_method` uses: `update(n)`, then `set_postfix(**values)`
+    (which prints the line of a round that is due), `close()`.
+    """
+
+    def __init__(self, name: str, total: int, initial: int = 0) -> None:
+        self.name, self.total, self.done = name, total, initial
+        self.every = max(1, total // 10)
+        self.postfix: dict[str, Any] = {}
+        self.due = False
+        self.t0 = time.perf_counter()
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        self.due = self.done % self.every == 0 or self.done == self.total
+
+    def set_postfix(self, **values: Any) -> None:
+        self.postfix = values
+        if self.due:
+            self._print()
+
+    def close(self) -> None:
+        if self.due:
+            self._print()
+
+    def _print(self) -> None:
+        extra = "".join(f", {k}={v}" for k, v in self.postfix.items())
+        elapsed = time.perf_counter() - self.t0
+        print(
+            f"{self.name:>9}: round {self.done}/{self.total}{extra} ({elapsed:.1f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
+        self.due = False
 
 
 def checkpoint_hook(
@@ -457,8 +509,10 @@ def run(
 
     Args:
       config: the experiment (validated on construction).
-      progress: show a tqdm bar per method (rounds, current target accuracy).
-      checkpoint: `.npz` path written atomically after every completed round.
+      progress: show a tqdm bar per method (rounds, current target accuracy); where stderr
+        is not a terminal (a log file), a plain line every tenth of the rounds instead.
+      checkpoint: `.npz` path written atomically after every completed round (checked
+        before any work: a path that cannot be written raises `ValueError` at once).
       resume: continue from `checkpoint` if it exists (its config must equal `config`).
       callback: `callback(method, rounds_done, metrics)` after each round (after the
         checkpoint is written); `metrics` holds `target_accuracy`, `target_loss`,
@@ -474,6 +528,8 @@ def run(
         raise ValueError(f"config must be an ExperimentConfig; got {type(config).__name__}")
     t_start = time.perf_counter()
     checkpoint = Path(checkpoint) if checkpoint is not None else None
+    if checkpoint is not None:
+        check_writable_file(checkpoint, "checkpoint")
     methods = [
         (name, get_algorithm(name), config.hparams_for(name)) for name in config.method_names
     ]

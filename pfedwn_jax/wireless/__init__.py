@@ -25,7 +25,7 @@ from pfedwn_jax.wireless.perr import (
     power_ratio_matrix,
 )
 from pfedwn_jax.wireless.selection import select_neighbors
-from pfedwn_jax.wireless.topology import place_uniform, sample_ppp
+from pfedwn_jax.wireless.topology import place_network, place_uniform, sample_ppp, topology_keys
 
 __all__ = [
     "INTERFERENCE_MODES",
@@ -42,6 +42,7 @@ __all__ = [
     "lognormal_from_moments",
     "lognormal_params",
     "path_gain",
+    "place_network",
     "place_uniform",
     "power_ratio_matrix",
     "rayleigh_pdf",
@@ -49,5 +50,6 @@ __all__ = [
     "select_neighbors",
     "simulate_links",
     "threshold_moments",
+    "topology_keys",
     "transmit_probability",
 ]

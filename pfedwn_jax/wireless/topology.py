@@ -1,4 +1,8 @@
-"""Node placement in the square area: uniform target + n neighbors, and Poisson point process."""
+"""Node placement in the square area: uniform target + n neighbors, and Poisson point process.
+
+`place_network(seed, n)` is the one placement of a topology seed: `pfedwn neighbors --seed S`
+and `run(ExperimentConfig(topology_seed=S))` both use it, so they show the same network.
+"""
 
 from __future__ import annotations
 
@@ -30,6 +34,27 @@ def place_uniform(
     n = check_int("num_neighbors", num_neighbors, 1, None)
     xy = jax.random.uniform(key, (n + 1, 2), float_dtype()) * params.area_m
     return xy[0], xy[1:]
+
+
+def topology_keys(seed: int) -> tuple[jax.Array, jax.Array]:
+    """`(placement key, spare key)` of topology seed `seed`: `split(PRNGKey(seed))`.
+
+    The spare key draws whatever else belongs to the topology (the experiment's random target).
+    """
+    seed = check_int("seed", seed, 0)
+    k_place, k_spare = jax.random.split(jax.random.PRNGKey(seed))
+    return k_place, k_spare
+
+
+def place_network(
+    seed: int, num_neighbors: int, params: ChannelParams | None = None
+) -> tuple[jax.Array, jax.Array]:
+    """The network of topology seed `seed`: target (centre node) [2] and neighbors [n, 2].
+
+    `place_uniform` with the placement key of `topology_keys(seed)`; the same seed gives the
+    same network in `pfedwn neighbors` and in `run()` (`ExperimentConfig.topology_seed`).
+    """
+    return place_uniform(topology_keys(seed)[0], num_neighbors, params)
 
 
 def sample_ppp(
