@@ -475,3 +475,17 @@ def test_cli_bad_flags_exit_2(tmp_path_factory, capsys, flag, text, algorithms):
         text = "-1.5"  # an lr of 1.5 is valid; this test only sends bad values
     _cli_error(capsys, ["run", f"{flag}={text}", "--out", out])  # "=": argparse and "-inf"
     _cli_error(capsys, ["run", "--algorithms", algorithms, "--out", out])
+
+
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["run", "--rounds", "2.5"], "--rounds"),
+        (["run", "--bogus-flag"], "--bogus-flag"),
+        (["neighbors", "--seed", "x"], "--seed"),
+        (["no-such-command"], "no-such-command"),
+    ],
+)
+def test_cli_usage_errors_are_one_line(capsys, argv, match):
+    line = _cli_error(capsys, argv)
+    assert match in line and "--help" in line

@@ -3,8 +3,9 @@
 Each subcommand lives in its own module exposing `add_parser(subparsers)`; the parser sets
 `func(args) -> int`. Errors become one line on stderr, never a traceback:
 
-- exit status 2: a `ValueError`, i.e. the command line asks for something impossible (a bad
-  value, an output path that is a file or not writable: checked before any work);
+- exit status 2: a usage error from the parser (a bad flag or flag value) or a `ValueError`,
+  i.e. the command line asks for something impossible (a bad value, an output path that is
+  a file or not writable: checked before any work);
 - exit status 1: an `OSError` during the work (disk full, a directory removed or made
   read-only meanwhile), printed with the path it concerns: the input was fine, the system
   failed, so the status differs from a usage error;
@@ -23,8 +24,18 @@ from pfedwn_jax.devices import use_cpu_devices
 SUBCOMMANDS = (neighbors, data, run)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argparse parser whose usage errors are one line on stderr and exit status 2.
+
+    Subparsers inherit the class, so a bad flag of any subcommand reads the same way.
+    """
+
+    def error(self, message: str):  # argparse's hook for usage errors
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="pfedwn",
         description="Personalized federated learning over D2D wireless networks (JAX).",
     )
@@ -44,7 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help (0) or a usage error (2, already printed as one line)
+        return int(e.code or 0)
     if args.cpu_devices is not None and args.cpu_devices < 1:
         parser.error(f"--cpu-devices must be >= 1; got {args.cpu_devices}")
     use_cpu_devices(args.cpu_devices)  # before this process's first JAX computation
