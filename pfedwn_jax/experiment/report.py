@@ -29,7 +29,10 @@ def describe_network(result: Result) -> str:
 
 
 def format_table(result: Result) -> str:
-    """Max and final target test accuracy (%) per method, like the paper's Table II."""
+    """Max and final target test accuracy (%) per method, like the paper's Table II.
+
+    A method that diverged says `diverged @r` (its first diverged round) after its time.
+    """
     names = list(result.methods)
     width = max([6, *map(len, names)])
     lines = [
@@ -41,9 +44,11 @@ def format_table(result: Result) -> str:
         m = result.methods[name]
         secs = m.get("timings", {}).get("total_s")
         time_s = f"{secs:7.1f}" if secs is not None else "      -"
+        diverged = m.get("diverged")
+        note = f"  diverged @{diverged['round']}" if diverged else ""
         lines.append(
             f"{name:<{width}}  {_pct(m.get('max_target_accuracy'))}  "
-            f"{_pct(m.get('final_target_accuracy'))}  {time_s}"
+            f"{_pct(m.get('final_target_accuracy'))}  {time_s}{note}"
         )
     return "\n".join(lines)
 
