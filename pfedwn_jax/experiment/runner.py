@@ -46,20 +46,9 @@ from pfedwn_jax.engine import constrain_slots, evaluate, put_slots, replicate, r
 from pfedwn_jax.experiment import checkpoint as ckpt
 from pfedwn_jax.experiment.checkpoint import Resume, read_resume, restore_state, run_progress
 from pfedwn_jax.experiment.config import ExperimentConfig
-from pfedwn_jax.experiment.divergence import (
-    TRAIN_LOSS,
-    check_policy,
-    note_divergence,
-    slot_finite,
-)
+from pfedwn_jax.experiment.divergence import TRAIN_LOSS, check_policy, note_divergence, slot_finite
 from pfedwn_jax.experiment.federation import Federation, build_federation
-from pfedwn_jax.experiment.results import (
-    Result,
-    append_round,
-    finish_entry,
-    new_entry,
-    round_row,
-)
+from pfedwn_jax.experiment.results import Result, append_round, finish_entry, new_entry, round_row
 from pfedwn_jax.models import get_model
 
 ProgressCallback = Callable[[str, int, dict[str, Any]], None]
