@@ -46,7 +46,7 @@ def test_run_end_to_end(tmp_path, capsys):
         assert len(m["client_accuracy"][0]) == len(results["network"]["slot_client"])
     png = out / "learning_curve.png"
     assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert not (out / "checkpoint.npz").exists()
+    assert not (out / "checkpoint").exists()
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
 
     # --resume on a finished directory re-runs cleanly and gives the same numbers

@@ -38,6 +38,7 @@ from pfedwn_jax.experiment import (
     plot_pi_history,
     run,
 )
+from pfedwn_jax.experiment import checkpoint as ckpt
 from pfedwn_jax.io import atomic_write_json, atomic_write_text, check_writable_dir
 from pfedwn_jax.plotting import MISSING
 
@@ -56,7 +57,7 @@ CURVE = "learning_curve.png"
 PI_PLOT = "pi_history.png"
 TABLE = "table.txt"
 CASES = "cases.json"
-CHECKPOINT = "checkpoint.npz"
+CHECKPOINT = "checkpoint"  # a directory (pfedwn_jax.experiment.checkpoint)
 # every file `pfedwn run` writes into an output directory (the checkpoint has its own rules)
 OUTPUTS = (RESULTS, CURVE, PI_PLOT, TABLE, CASES)
 
@@ -79,7 +80,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--resume",
         action="store_true",
-        help="continue from DIR/checkpoint.npz (same config) if it exists",
+        help="continue from DIR/checkpoint/ (same config) if it exists",
+    )
+    p.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=1,
+        metavar="N",
+        help="save DIR/checkpoint/ every N rounds (default: 1); 0: no checkpoint",
+    )
+    p.add_argument(
+        "--keep-going-on-divergence",
+        action="store_true",
+        help="run every round of a method that diverged (default: stop it at that round)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--no-plot", action="store_true", help="skip the learning-curve PNG")
@@ -253,21 +266,31 @@ def _run_one(
 ) -> tuple[Result, list[Path]]:
     """Run one experiment into `out`: results JSON, learning curve and pi plot."""
     out.mkdir(parents=True, exist_ok=True)
-    checkpoint = out / CHECKPOINT
-    if checkpoint.exists() and not args.resume:
-        checkpoint.unlink()
+    every = args.checkpoint_every
+    if every < 0:
+        raise ValueError(f"--checkpoint-every must be >= 0 (0: no checkpoint); got {every}")
+    if every == 0 and args.resume:
+        raise ValueError("--resume needs a checkpoint: --checkpoint-every must be >= 1; got 0")
+    checkpoint = out / CHECKPOINT if every else None
     try:
-        result = run(config, progress=not args.quiet, checkpoint=checkpoint, resume=args.resume)
+        result = run(
+            config,
+            progress=not args.quiet,
+            checkpoint=checkpoint,
+            resume=args.resume,
+            checkpoint_every=max(every, 1),
+            on_divergence="continue" if args.keep_going_on_divergence else "stop",
+        )
     except KeyboardInterrupt:
-        if checkpoint.exists():
+        if checkpoint is not None and checkpoint.exists():
             print(
                 f"checkpoint kept: continue with `pfedwn run ... --out {out} --resume`",
                 file=sys.stderr,
             )
         raise
     result.save(out / RESULTS)
-    with contextlib.suppress(FileNotFoundError):
-        checkpoint.unlink()
+    if checkpoint is not None:
+        ckpt.remove(checkpoint)
     written = [out / RESULTS]
     if not args.no_plot:
         png = plot_learning_curves(result, out / CURVE)

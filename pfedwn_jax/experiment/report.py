@@ -31,7 +31,10 @@ def describe_network(result: Result) -> str:
 
 
 def format_table(result: Result) -> str:
-    """Max and final target test accuracy (%) per method, like the paper's Table II."""
+    """Max and final target test accuracy (%) per method, like the paper's Table II.
+
+    A method that diverged says `diverged @r` (its first diverged round) after its time.
+    """
     names = list(result.methods)
     width = max([6, *map(len, names)])
     lines = [
@@ -44,9 +47,11 @@ def format_table(result: Result) -> str:
         secs = m.get("timings", {}).get("total_s")
         time_s = f"{secs:7.1f}" if secs is not None else "      -"
         resumed = "*" if m.get("timings", {}).get("resumed_at") else ""
+        diverged = m.get("diverged")
+        note = f"  diverged @{diverged['round']}" if diverged else ""
         lines.append(
             f"{name:<{width}}  {_pct(m.get('max_target_accuracy'))}  "
-            f"{_pct(m.get('final_target_accuracy'))}  {time_s}{resumed}"
+            f"{_pct(m.get('final_target_accuracy'))}  {time_s}{resumed}{note}"
         )
     if any(result.methods[name].get("timings", {}).get("resumed_at") for name in names):
         lines.append(RESUMED_NOTE)

@@ -46,7 +46,9 @@ class Result:
       data: dataset name, classes, per-client train/test sample counts.
       methods: `name -> dict` with `target_accuracy [R]`, `target_loss [R]`,
         `client_accuracy [R][S]`, `client_loss [R][S]`, `records {key: [R][...]}`,
-        `max_target_accuracy`, `final_target_accuracy`, `hparams`, `timings`.
+        `max_target_accuracy`, `final_target_accuracy`, `hparams`, `timings` and `diverged`
+        (None, or `{"round", "slots", "clients"}`: the first diverged round, counted from 1;
+        a method stopped there has fewer than `config.rounds` rounds).
       environment: jax version, backend, devices.
       timings: `setup_s` (data + network), `total_s`.
     """
@@ -116,6 +118,82 @@ class Result:
     def load(cls, path: str | Path) -> Result:
         with Path(path).open() as f:
             return cls.from_dict(json.load(f))
+
+
+# --------------------------------------------------------------------------- method entries
+PER_ROUND = ("target_accuracy", "target_loss", "client_accuracy", "client_loss")
+
+
+def new_entry(hp: Any) -> dict[str, Any]:
+    """An empty `Result.methods[name]` entry for hyperparameters `hp` (a dataclass)."""
+    return {
+        "hparams": dataclasses.asdict(hp),
+        **{key: [] for key in PER_ROUND},
+        "records": {},
+        "diverged": None,
+        "timings": {"compile_s": 0.0, "round_s": []},
+    }
+
+
+def round_row(
+    round_: int,
+    acc: np.ndarray,
+    loss: np.ndarray,
+    records: dict[str, np.ndarray],
+    is_target: np.ndarray,
+    seconds: float,
+) -> dict[str, Any]:
+    """One round's results (`acc [S]`, `loss [S]`, records) as plain Python values."""
+    return {
+        "round": round_,
+        "target_accuracy": float(acc[is_target].mean()),
+        "target_loss": float(loss[is_target].mean()),
+        "client_accuracy": acc.tolist(),
+        "client_loss": loss.tolist(),
+        "records": {k: v.tolist() for k, v in records.items()},
+        "round_s": seconds,
+    }
+
+
+def append_round(entry: dict[str, Any], row: dict[str, Any]) -> None:
+    """Add one `round_row` to `entry` (in place)."""
+    entry["timings"]["round_s"].append(row["round_s"])
+    for key in PER_ROUND:
+        entry[key].append(row[key])
+    for k, v in row["records"].items():
+        entry["records"].setdefault(k, []).append(v)
+
+
+def finish_entry(entry: dict[str, Any]) -> None:
+    """Add the summary (max and final target accuracy, total time); idempotent."""
+    acc = np.array(entry["target_accuracy"], dtype=float)
+    entry["max_target_accuracy"] = float(np.nanmax(acc)) if np.isfinite(acc).any() else None
+    entry["final_target_accuracy"] = float(acc[-1]) if len(acc) else None
+    entry["timings"]["total_s"] = float(
+        entry["timings"]["compile_s"] + sum(entry["timings"]["round_s"])
+    )
+
+
+def entry_header(entry: dict[str, Any]) -> dict[str, Any]:
+    """`entry` without its per-round lists: its size does not grow with the rounds."""
+    head = {k: v for k, v in entry.items() if k not in (*PER_ROUND, "records")}
+    head["timings"] = {k: v for k, v in entry["timings"].items() if k != "round_s"}
+    return head
+
+
+def rebuild_entry(header: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The entry that `entry_header` and the `round_row`s of its rounds came from."""
+    entry: dict[str, Any] = {
+        "hparams": header["hparams"],
+        **{key: [] for key in PER_ROUND},
+        "records": {},
+        "timings": {"round_s": []},
+    }
+    entry.update({k: v for k, v in header.items() if k != "timings"})
+    entry["timings"].update(header["timings"])
+    for row in rows:
+        append_round(entry, row)
+    return entry
 
 
 def _array(nested: Any) -> np.ndarray:

@@ -7,9 +7,11 @@ the algorithm's per-round records. Randomness: the initial model comes from
 the same for every method, so methods start from the same model and see the same batch
 orders, and a resumed run repeats an uninterrupted one exactly.
 
-Checkpoints: with `checkpoint=PATH`, after every completed round the finished methods'
-results, the current method's metrics so far and its full state are written atomically to
-one `.npz` file; `resume=True` continues from it (the config must be the same).
+Checkpoints (`checkpoint.py`): with `checkpoint=DIR`, every `checkpoint_every` rounds the
+new rounds' metrics are appended and the current method's full state replaces the previous
+one (constant cost per save); `resume=True` continues from it (the config must be the same).
+Divergence (`divergence.py`): a round flags slots whose model or loss blew up; by default the
+method stops there (entry marked `diverged`) and the next one runs.
 
 The steps of `run`, each usable on its own:
 
@@ -17,7 +19,8 @@ The steps of `run`, each usable on its own:
 2. `read_resume(checkpoint, config) -> Resume`: what a checkpoint says is already done.
 3. `run_method(exp, alg, hp, entry, ...)`: one method's rounds; each round is `_step`
    (compiled once per method by `compile_round`), its host-side results go into the method's
-   `entry` dict (`fetch_round`, `append_round`) and `after_round` checkpoints.
+   `entry` dict (`fetch_round`, `results.round_row`, `append_round`), divergence is checked
+   (`divergence.note_divergence`) and `after_round` checkpoints.
 4. `assemble_result(exp, methods, ...) -> Result`.
 """
 
@@ -25,12 +28,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -38,18 +40,22 @@ import numpy as np
 import optax
 from tqdm.auto import tqdm
 
-from pfedwn_jax.algorithms import Algorithm, RoundContext, get_algorithm, hparams_dict
+from pfedwn_jax._checks import check_int
+from pfedwn_jax.algorithms import Algorithm, RoundContext, get_algorithm
 from pfedwn_jax.data import DEFAULT_DATASET, ClientData, FederatedData, load_dataset, make_federated
 from pfedwn_jax.engine import constrain_slots, evaluate, put_slots, replicate, resolve_shards
+from pfedwn_jax.experiment import checkpoint as ckpt
+from pfedwn_jax.experiment.checkpoint import Resume, read_resume, restore_state, run_progress
 from pfedwn_jax.experiment.config import ExperimentConfig
+from pfedwn_jax.experiment.divergence import TRAIN_LOSS, check_policy, note_divergence, slot_finite
 from pfedwn_jax.experiment.federation import Federation, build_federation
-from pfedwn_jax.experiment.results import Result, to_jsonable
-from pfedwn_jax.io import atomic_write_with, check_writable_file
+from pfedwn_jax.experiment.results import Result, append_round, finish_entry, new_entry, round_row
+from pfedwn_jax.io import check_writable_dir
 from pfedwn_jax.models import get_model
 
 ProgressCallback = Callable[[str, int, dict[str, Any]], None]
-# after_round(rounds_done, entry, state, row): called by `run_method` after every round
-RoundHook = Callable[[int, dict[str, Any], Any, dict[str, Any]], None]
+# after_round(rounds_done, entry, state, row, finished): `run_method` calls it after every round
+RoundHook = Callable[[int, dict[str, Any], Any, dict[str, Any], bool], None]
 
 
 # --------------------------------------------------------------------------- setup
@@ -174,13 +180,20 @@ def setup(config: ExperimentConfig, shards: int | None = None) -> Experiment:
 
 # --------------------------------------------------------------------------- one round
 def _step(alg, hp, state, key, ctx, test):
-    """One round plus evaluation and records: the compiled unit of the runner."""
+    """One round plus evaluation and records: the compiled unit of the runner.
+
+    `metrics` holds the evaluation's `loss [S]`, `accuracy [S]` and `finite [S]`
+    (`divergence.slot_finite` of the evaluated models, test and training losses).
+    """
     state = alg.round(state, key, ctx, hp)
     state = constrain_slots(state, ctx.num_slots, ctx.shards)  # where it came in: one compile
     params = alg.eval_params(state, ctx, hp)
     metrics = evaluate(ctx.model, params, test, ctx.data_client)
     records = alg.records(state, ctx, hp) if alg.records is not None else {}
-    return state, metrics, records
+    losses = [metrics["loss"]]
+    if TRAIN_LOSS in records and records[TRAIN_LOSS].shape == (ctx.num_slots,):
+        losses.append(records[TRAIN_LOSS])
+    return state, {**metrics, "finite": slot_finite(params, losses)}, records
 
 
 @functools.lru_cache(maxsize=32)
@@ -207,134 +220,24 @@ def compile_round(exp: Experiment, alg: Algorithm, hp: Any, state: Any) -> tuple
     return compiled, time.perf_counter() - t0
 
 
-def fetch_round(
-    metrics: dict[str, jax.Array], records: dict[str, jax.Array]
-) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
-    """Device to host (waits for the round): `accuracy [S]`, `loss [S]` (float64), records."""
-    acc = np.asarray(metrics["accuracy"], np.float64)
-    loss = np.asarray(metrics["loss"], np.float64)
-    return acc, loss, {k: np.asarray(v) for k, v in records.items()}
+class Fetched(NamedTuple):
+    """One round's results on the host: `accuracy [S]`, `loss [S]` (float64), `finite [S]`
+    (bool) and the records."""
+
+    accuracy: np.ndarray
+    loss: np.ndarray
+    finite: np.ndarray
+    records: dict[str, np.ndarray]
 
 
-# --------------------------------------------------------------------------- one method's results
-def new_entry(hp: Any) -> dict[str, Any]:
-    """An empty `Result.methods[name]` entry for a method with hyperparameters `hp`."""
-    return {
-        "hparams": hparams_dict(hp),
-        "target_accuracy": [],
-        "target_loss": [],
-        "client_accuracy": [],
-        "client_loss": [],
-        "records": {},
-        "timings": {"compile_s": 0.0, "round_s": []},
-    }
-
-
-def append_round(
-    entry: dict[str, Any],
-    acc: np.ndarray,
-    loss: np.ndarray,
-    records: dict[str, np.ndarray],
-    is_target: np.ndarray,
-    seconds: float,
-) -> dict[str, Any]:
-    """Add one round (`acc [S]`, `loss [S]`, records) to `entry`; returns the round's row."""
-    entry["timings"]["round_s"].append(seconds)
-    row = {
-        "target_accuracy": float(acc[is_target].mean()),
-        "target_loss": float(loss[is_target].mean()),
-        "client_accuracy": acc.tolist(),
-        "client_loss": loss.tolist(),
-    }
-    for k, v in row.items():
-        entry[k].append(v)
-    for k, v in records.items():
-        entry["records"].setdefault(k, []).append(v.tolist())
-    return row
-
-
-def finish_entry(entry: dict[str, Any]) -> None:
-    """Add the summary (max and final target accuracy, total time); idempotent."""
-    acc = np.array(entry["target_accuracy"], dtype=float)
-    entry["max_target_accuracy"] = float(np.nanmax(acc)) if np.isfinite(acc).any() else None
-    entry["final_target_accuracy"] = float(acc[-1]) if len(acc) else None
-    entry["timings"]["total_s"] = float(
-        entry["timings"]["compile_s"] + sum(entry["timings"]["round_s"])
+def fetch_round(metrics: dict[str, jax.Array], records: dict[str, jax.Array]) -> Fetched:
+    """Device to host, the round's one synchronisation (waits for the round)."""
+    return Fetched(
+        np.asarray(metrics["accuracy"], np.float64),
+        np.asarray(metrics["loss"], np.float64),
+        np.asarray(metrics["finite"], bool),
+        {k: np.asarray(v) for k, v in records.items()},
     )
-
-
-# --------------------------------------------------------------------------- checkpoints
-def save_checkpoint(path: Path, progress: dict[str, Any], state: Any | None) -> None:
-    """One atomic `.npz`: the progress JSON plus the current method's state leaves."""
-    arrays = {"progress": np.array(json.dumps(to_jsonable(progress)))}
-    if state is not None:
-        for i, leaf in enumerate(jax.tree_util.tree_leaves(state)):
-            arrays[f"leaf_{i:05d}"] = np.asarray(leaf)
-    atomic_write_with(path, lambda f: np.savez(f, **arrays))
-
-
-def checkpoint_progress(
-    config: ExperimentConfig,
-    done: dict[str, dict[str, Any]],
-    current: str | None = None,
-    entry: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The checkpoint's progress JSON: finished methods, the current one and its entry."""
-    return {"config": config.to_dict(), "methods": done, "current": current, "current_entry": entry}
-
-
-def load_checkpoint(path: Path) -> tuple[dict[str, Any], list[np.ndarray]]:
-    """`(progress JSON, state leaves)` of a checkpoint written by `save_checkpoint`."""
-    with np.load(path, allow_pickle=False) as z:
-        progress = json.loads(str(z["progress"]))
-        leaves = [z[k] for k in sorted(k for k in z.files if k.startswith("leaf_"))]
-    return progress, leaves
-
-
-def restore_state(template: Any, leaves: list[np.ndarray]) -> Any:
-    """`template`'s structure with the checkpoint's leaves (shapes and dtypes checked)."""
-    flat, treedef = jax.tree_util.tree_flatten(template)
-    if len(flat) != len(leaves):
-        raise ValueError(f"checkpoint state has {len(leaves)} arrays, expected {len(flat)}")
-    out = []
-    for t, leaf in zip(flat, leaves, strict=True):
-        if tuple(t.shape) != tuple(leaf.shape) or jnp.dtype(t.dtype) != leaf.dtype:
-            raise ValueError(
-                f"checkpoint state array {leaf.shape} {leaf.dtype} does not match "
-                f"{tuple(t.shape)} {t.dtype}"
-            )
-        out.append(jnp.asarray(leaf))
-    return jax.tree_util.tree_unflatten(treedef, out)
-
-
-@dataclasses.dataclass
-class Resume:
-    """What a checkpoint says is done.
-
-    Attributes:
-      done: finished methods' entries, by name.
-      current: the method that was running (None: none).
-      entry: its entry so far.
-      leaves: its state's leaves after the last completed round.
-    """
-
-    done: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
-    current: str | None = None
-    entry: dict[str, Any] | None = None
-    leaves: list[np.ndarray] | None = None
-
-
-def read_resume(checkpoint: Path | None, config: ExperimentConfig) -> Resume:
-    """The progress in `checkpoint` (nothing done if there is none); it must be `config`'s."""
-    if checkpoint is None or not checkpoint.exists():
-        return Resume()
-    saved, leaves = load_checkpoint(checkpoint)
-    if saved.get("config") != to_jsonable(config.to_dict()):
-        raise ValueError(f"resume: checkpoint {checkpoint} was written for a different config")
-    current = saved.get("current")
-    if current is None:
-        return Resume(saved["methods"])
-    return Resume(saved["methods"], current, saved["current_entry"], leaves)
 
 
 # --------------------------------------------------------------------------- one method
@@ -348,13 +251,20 @@ def run_method(
     name: str = "",
     progress: bool = False,
     after_round: RoundHook | None = None,
+    on_divergence: str = "stop",
 ) -> dict[str, Any]:
     """Rounds `len(entry["target_accuracy"])` .. `rounds - 1` of one method; returns `entry`.
 
     `entry` (a `new_entry` or a checkpoint's, updated in place) and `leaves` (the state after
     its last round) say where the method starts. After each round, with the round's results in
-    `entry` (finished after the last round), `after_round(rounds_done, entry, state, row)` runs.
+    `entry`, `after_round(rounds_done, entry, state, row, finished)` runs; `finished` after
+    the last round, or the first diverged one with `on_divergence="stop"` (see
+    `divergence.note_divergence`; `"continue"` only records it).
     """
+    check_policy(on_divergence)
+    if entry.get("diverged") is not None and on_divergence == "stop":
+        finish_entry(entry)  # stopped there before a resume
+        return entry
     state = init_state(exp, alg, hp, leaves)
     compiled, compile_s = compile_round(exp, alg, hp, state)
     entry["timings"]["compile_s"] += compile_s
@@ -367,14 +277,21 @@ def run_method(
         for r in range(start, rounds):
             t0 = time.perf_counter()
             state, metrics, records = compiled(state, exp.round_key(r), exp.ctx, exp.test)
-            acc, loss, records = fetch_round(metrics, records)
-            row = append_round(entry, acc, loss, records, is_target, time.perf_counter() - t0)
-            if r + 1 == rounds:
+            out = fetch_round(metrics, records)
+            row = round_row(
+                r + 1, out.accuracy, out.loss, out.records, is_target, time.perf_counter() - t0
+            )
+            append_round(entry, row)
+            new = note_divergence(entry, name, r + 1, out.finite, exp.federation.data_client)
+            finished = r + 1 == rounds or (new and on_divergence == "stop")
+            if finished:
                 finish_entry(entry)
             bar.update(1)
             bar.set_postfix(target_acc=f"{row['target_accuracy']:.3f}")
             if after_round is not None:
-                after_round(r + 1, entry, state, row)
+                after_round(r + 1, entry, state, row, finished)
+            if finished:
+                break
     finally:
         bar.close()
     finish_entry(entry)  # also when the checkpoint already held every round
@@ -448,21 +365,26 @@ def checkpoint_hook(
     done: dict[str, dict[str, Any]],
     checkpoint: Path | None,
     callback: ProgressCallback | None,
+    every: int = 1,
 ) -> RoundHook:
-    """`after_round` of method `name` in `run`: write the checkpoint, then call `callback`.
+    """`after_round` of method `name` in `run`: save the checkpoint, then call `callback`.
 
-    Before the last round the checkpoint holds `done`, the method's entry and state; after it,
-    `done` plus the finished method and no state.
+    Saves every `every` rounds and when the method finishes: the rounds' metrics since the
+    last save plus, before the method finishes, its state (after, `done` plus the method).
     """
+    pending: list[dict[str, Any]] = []
 
-    def after_round(rounds_done: int, entry: dict, state: Any, row: dict[str, Any]) -> None:
+    def after_round(
+        rounds_done: int, entry: dict, state: Any, row: dict[str, Any], finished: bool
+    ) -> None:
         if checkpoint is not None:
-            if rounds_done < config.rounds:
-                save_checkpoint(checkpoint, checkpoint_progress(config, done, name, entry), state)
-            else:
-                save_checkpoint(
-                    checkpoint, checkpoint_progress(config, {**done, name: entry}), None
-                )
+            pending.append({"method": name, **row})
+            if finished:
+                ckpt.save(checkpoint, run_progress(config, {**done, name: entry}), None, pending)
+                pending.clear()
+            elif rounds_done % every == 0:
+                ckpt.save(checkpoint, run_progress(config, done, name, entry), state, pending)
+                pending.clear()
         if callback is not None:
             callback(name, rounds_done, row)
 
@@ -504,6 +426,8 @@ def run(
     resume: bool = False,
     callback: ProgressCallback | None = None,
     shards: int | None = None,
+    checkpoint_every: int = 1,
+    on_divergence: str = "stop",
 ) -> Result:
     """Run every method of `config` on the same network and partition.
 
@@ -511,8 +435,10 @@ def run(
       config: the experiment (validated on construction).
       progress: show a tqdm bar per method (rounds, current target accuracy); where stderr
         is not a terminal (a log file), a plain line every tenth of the rounds instead.
-      checkpoint: `.npz` path written atomically after every completed round (checked
-        before any work: a path that cannot be written raises `ValueError` at once).
+      checkpoint: a checkpoint directory (`pfedwn_jax.experiment.checkpoint`), saved every
+        `checkpoint_every` rounds and when a method ends; None: no checkpoints. Without
+        `resume`, a checkpoint already there is deleted first. Checked before any work: a
+        path that cannot be written raises `ValueError` at once.
       resume: continue from `checkpoint` if it exists (its config must equal `config`).
       callback: `callback(method, rounds_done, metrics)` after each round (after the
         checkpoint is written); `metrics` holds `target_accuracy`, `target_loss`,
@@ -520,16 +446,22 @@ def run(
       shards: devices the slots are split over (None: all devices of the default backend; on
         a CPU call `pfedwn_jax.use_cpu_devices()` first to get one per core). Results do not
         depend on it.
+      checkpoint_every: rounds between saves (>= 1).
+      on_divergence: `"stop"` a method at its first diverged round (`divergence`; the entry
+        keeps the rounds so far and says `diverged`) and go on with the next; `"continue"`
+        records the divergence and runs every round.
 
     Returns:
       The `Result` (also see `docs/experiments.md`).
     """
     if not isinstance(config, ExperimentConfig):
         raise ValueError(f"config must be an ExperimentConfig; got {type(config).__name__}")
+    check_policy(on_divergence)
+    check_int("checkpoint_every", checkpoint_every, 1)
     t_start = time.perf_counter()
     checkpoint = Path(checkpoint) if checkpoint is not None else None
     if checkpoint is not None:
-        check_writable_file(checkpoint, "checkpoint")
+        check_writable_dir(checkpoint, "checkpoint")
     methods = [
         (name, get_algorithm(name), config.hparams_for(name)) for name in config.method_names
     ]
@@ -538,11 +470,14 @@ def run(
     setup_s = time.perf_counter() - t_start
 
     resumed = read_resume(checkpoint, config) if resume else Resume()
+    if checkpoint is not None and not resume:
+        ckpt.remove(checkpoint)
     done = resumed.done
     for name, alg, hp in methods:
         if name in done:
             continue
         own = name == resumed.current and resumed.entry is not None
+        hook = checkpoint_hook(config, name, done, checkpoint, callback, checkpoint_every)
         done[name] = run_method(
             exp,
             alg,
@@ -551,6 +486,7 @@ def run(
             leaves=resumed.leaves if own else None,
             name=name,
             progress=progress,
-            after_round=checkpoint_hook(config, name, done, checkpoint, callback),
+            after_round=hook,
+            on_divergence=on_divergence,
         )
     return assemble_result(exp, {name: done[name] for name, _, _ in methods}, setup_s, t_start)

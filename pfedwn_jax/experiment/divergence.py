@@ -1,0 +1,69 @@
+"""Divergence: a slot whose model or loss blew up, detected inside the compiled round.
+
+A slot has diverged after a round when any parameter of its evaluated model is not finite, or
+its test loss or training loss (the algorithm's `train_loss` record, where it has one) is not
+finite or exceeds `LOSS_BOUND` in absolute value (a finite loss of 1e15 is as diverged as a
+NaN, and the NaN follows a round or two later). The flag is computed on the device in the
+round's program (`slot_finite`) and travels with the round's metrics, so it costs no extra
+transfer or synchronisation.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+# |loss| above this is divergence (cross-entropy of a sane model is below ~50)
+LOSS_BOUND = 1e6
+# the record holding each slot's training loss `[S]` (every built-in algorithm has it)
+TRAIN_LOSS = "train_loss"
+POLICIES = ("stop", "continue")
+
+log = logging.getLogger("pfedwn_jax")
+
+
+def slot_finite(params: Any, losses: list[jax.Array]) -> jax.Array:
+    """`[S]` bool: every leaf of slot `s`'s `params [S, ...]` finite and every `loss [S]` finite
+    and within `LOSS_BOUND`. Jittable."""
+    ok = None
+    for leaf in jax.tree_util.tree_leaves(params):
+        leaf_ok = jnp.isfinite(leaf).reshape(leaf.shape[0], -1).all(axis=1)
+        ok = leaf_ok if ok is None else ok & leaf_ok
+    for loss in losses:
+        loss_ok = jnp.isfinite(loss) & (jnp.abs(loss) <= LOSS_BOUND)
+        ok = loss_ok if ok is None else ok & loss_ok
+    return ok
+
+
+def check_policy(on_divergence: str) -> str:
+    """`on_divergence` if it is one of `POLICIES`; a `ValueError` otherwise."""
+    if on_divergence not in POLICIES:
+        raise ValueError(f"on_divergence must be one of {list(POLICIES)}; got {on_divergence!r}")
+    return on_divergence
+
+
+def note_divergence(
+    entry: dict[str, Any], name: str, round_: int, finite: np.ndarray, slot_client: np.ndarray
+) -> bool:
+    """Mark `entry` diverged at `round_` (from 1) if any slot is not `finite [S]`; True if new.
+
+    Only the first diverged round is recorded and reported (one warning line).
+    """
+    bad = np.flatnonzero(~np.asarray(finite, bool))
+    if bad.size == 0 or entry.get("diverged") is not None:
+        return False
+    clients = np.asarray(slot_client)[bad].tolist()
+    entry["diverged"] = {"round": round_, "slots": bad.tolist(), "clients": clients}
+    log.warning(
+        "%s diverged at round %d: non-finite or |loss| > %g on slot(s) %s (client(s) %s)",
+        name,
+        round_,
+        LOSS_BOUND,
+        bad.tolist(),
+        clients,
+    )
+    return True
