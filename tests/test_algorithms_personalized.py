@@ -346,3 +346,30 @@ def test_pfedwn_full_em_is_e_step_m_step_then_weighted_training():
         dense(comp), smask, nmask, pi1, num_iters=hp.em_iters, tol=hp.em_tol, floor=hp.floor
     )
     assert np.abs(np.asarray(fixed) - np.asarray(pi)).max() > 1e-3
+
+
+# --- statistical (slow) ------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_pfedwn_em_weights_concentrate_on_same_distribution_neighbors_over_seeds():
+    """Two neighbors share the target's label distribution, two do not: over 10 data and
+    initialisation seeds, EM (with the default component updates) gives the two similar
+    neighbors all of the target's weight but the floor every time. How it splits between the
+    two similar ones varies (the mixture cannot tell them apart), with no bias to either."""
+    classes = [[0, 1], [0, 1], [2, 3], [0, 1], [2, 3]]  # target, similar, other, similar, other
+    alg = get_algorithm("pfedwn")
+    overrides = {"warmup_rounds": 2}
+    hp = make_hparams(alg, overrides)
+    similar = []
+    for seed in range(10):
+        ctx = make_ctx(classes)._replace(train=make_data(classes, seed=seed))
+        state0 = alg.init(jax.random.PRNGKey(seed), ctx, hp)
+        state, _ = run("pfedwn", ctx, 3, overrides, state=state0)
+        pi = np.asarray(state.pi)[0]
+        assert pi.sum() == pytest.approx(1.0, abs=1e-5) and pi[0] == 0
+        similar.append(pi[[1, 3]])
+    similar = np.array(similar)
+    assert similar.sum(1).min() > 1 - 3 * hp.floor, similar  # the others keep only the floor
+    first_wins = int((similar[:, 0] > similar[:, 1]).sum())
+    assert 2 <= first_wins <= 8, similar

@@ -147,6 +147,7 @@ def test_resolve_shards_and_cpu_devices_errors():
     [  # 6 slots split evenly; 5 slots replicated
         ("network", 5, ("fedavg", "pfedwn", "fedamp")),
         ("single", 4, ("pfedwn",)),
+        pytest.param("network", 7, (), marks=pytest.mark.slow, id="every-method-8-slots"),
     ],
 )
 def test_runner_results_do_not_depend_on_shards(mode, neighbors, algorithms):
