@@ -16,7 +16,7 @@ import os
 
 import jax
 import pytest
-from helpers import CLASSES, SHAPE, make_data
+from helpers import CLASSES, SHAPE
 from hypothesis import HealthCheck, settings
 
 from pfedwn_jax.devices import use_cpu_devices
@@ -60,9 +60,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def toy_model():
     """The engine tests' MLP for `helpers.SHAPE` images and `helpers.CLASSES` classes."""
     return get_model("mlp", CLASSES, SHAPE)
-
-
-@pytest.fixture(scope="session")
-def toy_data():
-    """`helpers.make_data()`: 5 clients (one empty) padded to `helpers.M` samples."""
-    return make_data()

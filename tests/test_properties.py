@@ -1,5 +1,6 @@
-"""Property-based checks (hypothesis) where the input space is large: partitions and stacking,
-padding invariance of training and evaluation, and config round-trips.
+"""Property-based checks (hypothesis) where the input space is large: `make_federated`,
+padding invariance of training and evaluation, and config round-trips (the partition
+property itself lives in `test_data_partition.py`).
 
 Each test keeps `max_examples` small so the whole file runs in well under a minute; JAX
 compiles on new shapes, hence `deadline=None` (set by the conftest profile).
@@ -33,9 +34,7 @@ from pfedwn_jax.data import (
     SCHEMES,
     ClientData,
     client_label_counts,
-    label_counts,
     make_federated,
-    partition,
 )
 from pfedwn_jax.engine import evaluate, init_client_state, local_train
 from pfedwn_jax.experiment import ExperimentConfig
@@ -44,45 +43,6 @@ from pfedwn_jax.models import available_models
 from pfedwn_jax.wireless import MOMENT_MODES, ChannelParams
 
 # --------------------------------------------------------------------------- partitions
-
-
-@settings(max_examples=40)
-@given(
-    scheme=st.sampled_from(SCHEMES),
-    num_clients=st.integers(1, 25),
-    num_classes=st.integers(1, 12),
-    extra_classes=st.integers(0, 3),
-    n=st.integers(30, 300),
-    alpha=st.floats(1e-3, 1e3),
-    seed=st.integers(0, 2**32 - 1),
-)
-def test_partition_is_an_exact_cover_with_consistent_counts(
-    scheme, num_clients, num_classes, extra_classes, n, alpha, seed
-):
-    """Any sizes, schemes and seeds: every index in exactly one client, and the per-client
-    label counts add up to the pool's (also with classes that no sample has)."""
-    assume(num_clients <= n)
-    labels = np.random.default_rng(seed).integers(0, num_classes, size=n)
-    total_classes = num_classes + extra_classes
-    parts = partition(
-        labels,
-        num_clients,
-        scheme,
-        seed=seed,
-        alpha=alpha,
-        min_samples=0 if scheme == "pathological" else min(2, n // num_clients),
-        classes_per_client=min(-(-total_classes // num_clients), total_classes),
-        num_classes=total_classes,
-    )
-    assert len(parts) == num_clients
-    flat = np.concatenate(parts)
-    np.testing.assert_array_equal(np.sort(flat), np.arange(n))
-    for p in parts:
-        assert p.dtype == np.int64 and np.all(np.diff(p) > 0)  # sorted, no repeats
-    counts = label_counts(labels, parts, total_classes)
-    assert counts.shape == (num_clients, total_classes)
-    np.testing.assert_array_equal(counts.sum(0), np.bincount(labels, minlength=total_classes))
-    np.testing.assert_array_equal(counts.sum(1), [p.size for p in parts])
 
 
 @settings(max_examples=30)
