@@ -221,7 +221,11 @@ def _hparam_values(alg: str) -> st.SearchStrategy:
 text_st = st.text(min_size=1, max_size=12)
 positive_st = st.floats(0.0, 1e6, exclude_min=True)
 seed_st = st.integers(0, 2**32 - 1)
-channel_fields = [f.name for f in dataclasses.fields(ChannelParams)]
+# A valid override of any ChannelParams field: an int where the default is one, else a float.
+channel_values = {
+    f.name: st.integers(1, 64) if isinstance(f.default, int) else st.floats(1e-3, 1e3)
+    for f in dataclasses.fields(ChannelParams)
+}
 
 
 @st.composite
@@ -253,11 +257,7 @@ def configs(draw) -> ExperimentConfig:
         moments=draw(st.sampled_from(MOMENT_MODES)),
         topology_seed=draw(seed_st),
         target=draw(st.integers(0, num_neighbors) | st.just("random")),
-        channel=draw(
-            st.dictionaries(
-                st.sampled_from(channel_fields), st.floats(1e-3, 1e3) | st.integers(1, 64)
-            )
-        ),
+        channel=draw(st.fixed_dictionaries({}, optional=channel_values)),
     )
 
 
