@@ -159,36 +159,28 @@ def test_padded_samples_and_an_empty_slot_never_change_evaluation(
 
 
 @settings(max_examples=10)
-@given(
-    counts=counts_st,
-    strategy=st.sampled_from(["map", "vmap"]),
-    seed=st.integers(0, 2**16),
-    junk_seed=st.integers(1, 2**16),
-)
+@given(counts=counts_st, seed=st.integers(0, 2**16), junk_seed=st.integers(1, 2**16))
 def test_padded_samples_and_an_inactive_slot_never_change_training(
-    toy_model, counts, strategy, seed, junk_seed
+    toy_model, counts, seed, junk_seed
 ):
-    """Junk in the padded samples changes no bit of local training; one more slot that is
-    inactive leaves the real slots' results as they were (bit for bit under `map`, which
-    runs each slot alone; `vmap` batches one more slot and may move float32 rounding)."""
+    """Junk in the padded samples changes no bit of local training, and one more slot that is
+    inactive leaves the real slots' results bit for bit as they were. Strategy `map` runs each
+    slot alone, so the results must be identical (test_engine covers the batched strategies'
+    padding on fixed cases; two compilations serve every example here)."""
     opt = optax.sgd(0.1, momentum=0.5)
     clean = make_data(counts, seed=seed)
     junk = make_data(counts, seed=seed, pad_seed=junk_seed)
     dc = np.arange(len(counts))
     state = init_client_state(toy_model, opt, jax.random.key(seed), len(dc), same_init=False)
     key = jax.random.key(seed + 1)
-    kw = dict(batch_size=B, strategy=strategy)
+    kw = dict(batch_size=B, strategy="map")
     a, ma = local_train(toy_model, opt, state, clean, dc, key, **kw)
     b, mb = local_train(toy_model, opt, state, junk, dc, key, **kw)
     chex.assert_trees_all_equal((a, ma), (b, mb))
     more = append_slot(state)
     active = np.arange(len(dc) + 1) < len(dc)
     c, mc = local_train(toy_model, opt, more, clean, np.append(dc, 0), key, active=active, **kw)
-    first = take((c, mc), slice(0, -1))
-    if strategy == "map":
-        chex.assert_trees_all_equal(first, (a, ma))
-    else:
-        chex.assert_trees_all_close(first, (a, ma), rtol=1e-5, atol=1e-6)
+    chex.assert_trees_all_equal(take((c, mc), slice(0, -1)), (a, ma))
     chex.assert_trees_all_equal(take(c, -1), take(more, -1))  # the inactive slot: unchanged
 
 
