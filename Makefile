@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-slow lint bench clean
+.PHONY: demo test test-slow test-gpu lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,13 +22,18 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.installed-demo
 	$(BIN)/pfedwn run --out runs/demo
 
+# Test tiers (markers in pyproject.toml, skipping rules in tests/conftest.py):
+# quick checks (a few minutes on 2 cores), then the long statistical and end-to-end checks,
+# then the accelerator-against-CPU checks (skipped, with the reason, where JAX has no GPU/TPU).
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -m "not slow and not gpu" -q
 
-# Slow checks (none collected is not an error: pytest exits 5 then).
 test-slow: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -m "slow" -q || [ $$? -eq 5 ]
+	$(BIN)/python -m pytest -m "slow and not gpu" -q --durations=10
+
+test-gpu: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -m "gpu" -q -rs
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .

@@ -1,6 +1,62 @@
-"""Test session: two CPU devices, so every engine and runner test also runs the slot sharding
-(`engine.sharding`) the CLI uses on a multi-core machine. Must run before any JAX computation."""
+"""Test session: two CPU devices, test tiers, hypothesis profiles and shared fixtures.
+
+Two CPU devices, so every engine and runner test also runs the slot sharding
+(`engine.sharding`) the CLI uses on a multi-core machine; `use_cpu_devices` must run before any
+JAX computation (the imports above it compute nothing).
+
+Tiers (markers in pyproject.toml): `make test` runs `-m "not slow and not gpu"`,
+`make test-slow` the long statistical and end-to-end checks (`-m slow`), `make test-gpu` the
+accelerator-against-CPU checks (`-m gpu`), which are skipped with a reason on a machine whose
+default JAX backend is the CPU.
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import pytest
+from helpers import CLASSES, SHAPE
+from hypothesis import HealthCheck, settings
 
 from pfedwn_jax.devices import use_cpu_devices
+from pfedwn_jax.models import get_model
 
 use_cpu_devices(2)
+
+# Property tests compile JAX code on their first examples, so no per-example deadline; each
+# test sets its own small `max_examples`. HYPOTHESIS_PROFILE=ci replays a fixed sequence.
+settings.register_profile("dev", deadline=None, print_blob=True)
+settings.register_profile(
+    "ci",
+    deadline=None,
+    print_blob=True,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+def accelerator() -> str | None:
+    """The default JAX backend's platform when it is not the CPU (else None)."""
+    backend = jax.default_backend()
+    return None if backend == "cpu" else backend
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip `gpu`-marked tests, saying why, when JAX has no accelerator."""
+    gpu_items = [item for item in items if item.get_closest_marker("gpu")]
+    if gpu_items and accelerator() is None:
+        skip = pytest.mark.skip(
+            reason=f"needs an accelerator: JAX's default backend is "
+            f"{jax.default_backend()!r} ({len(jax.devices())} device(s)); "
+            "run `make test-gpu` on a machine with a GPU or TPU"
+        )
+        for item in gpu_items:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def toy_model():
+    """The engine tests' MLP for `helpers.SHAPE` images and `helpers.CLASSES` classes."""
+    return get_model("mlp", CLASSES, SHAPE)

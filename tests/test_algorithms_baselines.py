@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -134,8 +135,7 @@ def test_fedavg_over_a_group_of_one_equals_local():
     ctx = make_ctx([13])
     local = run_rounds("local", ctx, 3)
     fedavg = run_rounds("fedavg", ctx, 3)
-    for a, b in zip(leaves64(local), leaves64(fedavg), strict=True):
-        np.testing.assert_array_equal(a, b)
+    chex.assert_trees_all_equal(local, fedavg)
 
 
 @pytest.mark.parametrize(
@@ -207,8 +207,7 @@ def test_fedprox_matches_proximal_gradient_descent(mu):
         state = step(state, jax.random.PRNGKey(r), ctx)
     got = jax.tree_util.tree_map(lambda p: p[0], alg.eval_params(state, ctx, hp))
     want = _gd_reference(ctx, w0, rounds, epochs, lr, mu)
-    for a, b in zip(leaves64(got), leaves64(want), strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    chex.assert_trees_all_close(got, want, rtol=1e-4, atol=1e-5)
     if mu > 0:  # the proximal term matters here: plain GD ends elsewhere
         plain = _gd_reference(ctx, w0, rounds, epochs, lr, 0.0)
         assert (

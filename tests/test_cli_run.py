@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 
+import numpy as np
 import pytest
 
+from pfedwn_jax.algorithms import available_algorithms
 from pfedwn_jax.cli import build_parser, main
-from pfedwn_jax.cli.run import config_from_args
+from pfedwn_jax.cli.run import CURVE, PI_PLOT, RESULTS, config_from_args
 from pfedwn_jax.experiment import ExperimentConfig
 
 TOML = """
@@ -126,3 +128,30 @@ def test_table_flags_merge_into_the_config_file(tmp_path):
     assert config.channel == {"num_subchannels": 20}
     with pytest.raises(ValueError, match="hparams"):
         config_from_args(_run_args("--hparams", "fedprox.mu"))
+
+
+@pytest.mark.slow
+def test_default_demo_config_end_to_end(tmp_path, capsys):
+    """`make demo`'s run (every default: all methods, 30 rounds, the embedded MNIST) into a
+    fresh directory: the files it writes, their content, and learning well above chance."""
+    out = tmp_path / "demo"
+    assert main(["run", "--out", str(out), "--quiet"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted([RESULTS, CURVE, PI_PLOT])
+    for png in (CURVE, PI_PLOT):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    results = json.loads((out / RESULTS).read_text())
+    assert results["config"] == json.loads(json.dumps(ExperimentConfig().to_dict()))
+    assert list(results["methods"]) == list(available_algorithms())
+    printed = capsys.readouterr().out
+    rounds = ExperimentConfig().rounds
+    slots = len(results["network"]["slot_client"])
+    for name, m in results["methods"].items():
+        assert name in printed
+        assert len(m["target_accuracy"]) == rounds and len(m["target_loss"]) == rounds
+        acc = np.asarray(m["client_accuracy"])
+        assert acc.shape == (rounds, slots) and ((acc >= 0) & (acc <= 1)).all()
+        assert np.isfinite(np.asarray(m["client_loss"])).all()
+        assert m["max_target_accuracy"] > 0.5, (name, m["max_target_accuracy"])  # chance: 0.1
+    pi = np.asarray(results["methods"]["pfedwn"]["records"]["pi"])
+    assert pi.shape == (rounds, slots, slots)
+    np.testing.assert_allclose(pi[-1, 0].sum(), 1.0 if slots > 1 else 0.0, atol=1e-5)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import itertools
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import decode, indexed_dataset
 
 from pfedwn_jax.data import (
     DEFAULT_DATASET,
@@ -24,22 +26,6 @@ from pfedwn_jax.data import (
     stack_clients,
     steps_per_epoch,
 )
-
-
-def indexed_dataset(n_train=300, n_test=100, classes=5, seed=0) -> Dataset:
-    """Images that encode their pool index in two pixels, so a sample can be traced back."""
-    rng = np.random.default_rng(seed)
-    n = n_train + n_test
-    x = np.zeros((n, 4, 4, 1), np.uint8)
-    x[:, 0, 0, 0], x[:, 0, 1, 0] = (np.arange(n) + 1) // 256, (np.arange(n) + 1) % 256
-    y = rng.integers(0, classes, size=n).astype(np.int32)
-    return Dataset(x[:n_train], y[:n_train], x[n_train:], y[n_train:], classes, "indexed")
-
-
-def decode(cd: ClientData) -> list[np.ndarray]:
-    x, mask = np.asarray(cd.x), np.asarray(cd.mask)
-    ids = x[..., 0, 0, 0].astype(int) * 256 + x[..., 0, 1, 0] - 1
-    return [ids[n][mask[n]] for n in range(ids.shape[0])]
 
 
 @pytest.mark.parametrize("scheme", ["paper", "dirichlet", "pathological", "iid"])
@@ -64,8 +50,7 @@ def test_every_pool_sample_lands_once(scheme, pool):
 def test_layout_padding_and_determinism():
     fed = make_federated(DEFAULT_DATASET, 11, "paper", seed=0)
     again = make_federated(DEFAULT_DATASET, 11, "paper", seed=0)
-    for a, b in zip(jax.tree.leaves(fed), jax.tree.leaves(again)):
-        np.testing.assert_array_equal(a, b)
+    chex.assert_trees_all_equal(fed, again)
     for cd in (fed.train, fed.test):
         assert isinstance(cd.x, jax.Array) and cd.x.dtype == jnp.uint8
         assert cd.x.shape == (11, cd.max_samples, 28, 28, 1)

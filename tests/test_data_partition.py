@@ -161,20 +161,26 @@ def test_label_skew_hand_computed():
     assert label_skew(np.array([[2, 2], [3, 3]])) == pytest.approx(0.0)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
     scheme=st.sampled_from(SCHEMES),
     num_clients=st.integers(1, 30),
     num_classes=st.integers(2, 12),
+    extra_classes=st.integers(0, 3),
     n=st.integers(60, 400),
     alpha=st.floats(1e-3, 1e3),
     seed=st.integers(0, 2**31),
 )
-def test_property_exact_cover_and_minimum(scheme, num_clients, num_classes, n, alpha, seed):
+def test_property_exact_cover_and_minimum(
+    scheme, num_clients, num_classes, extra_classes, n, alpha, seed
+):
+    """Any sizes, schemes and seeds (also classes no sample has): every index in exactly one
+    client, sorted parts, the minimum kept, and label counts that add up to the pool's."""
     labels = np.random.default_rng(seed).integers(0, num_classes, size=n)
+    total = num_classes + extra_classes
     # pathological only checks the minimum (an uneven class may leave a holder tiny).
     min_samples = 0 if scheme == "pathological" else min(2, n // num_clients)
-    k = -(-num_classes // num_clients)  # enough classes per client to cover all
+    k = -(-total // num_clients)  # enough classes per client to cover all
     parts = partition(
         labels,
         num_clients,
@@ -182,8 +188,12 @@ def test_property_exact_cover_and_minimum(scheme, num_clients, num_classes, n, a
         seed=seed,
         alpha=alpha,
         min_samples=min_samples,
-        classes_per_client=min(k, num_classes),
-        num_classes=num_classes,
+        classes_per_client=min(k, total),
+        num_classes=total,
     )
     assert_exact_cover(parts, n)
     assert min(p.size for p in parts) >= min_samples
+    assert all(p.dtype == np.int64 and np.all(np.diff(p) > 0) for p in parts)
+    counts = label_counts(labels, parts, total)
+    np.testing.assert_array_equal(counts.sum(0), np.bincount(labels, minlength=total))
+    np.testing.assert_array_equal(counts.sum(1), [p.size for p in parts])

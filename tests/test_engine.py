@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from helpers import CLASSES, COUNTS, SHAPE, B, M, make_data
 
 from pfedwn_jax.data.client_data import ClientData
 from pfedwn_jax.engine import (
@@ -25,32 +27,8 @@ from pfedwn_jax.engine import (
 )
 from pfedwn_jax.models import get_model
 
-SHAPE = (4, 4, 1)
-CLASSES = 3
-M = 16  # padded samples per client
-COUNTS = np.array([11, 5, 0, 9, 3])  # one empty client; the largest < M (padded steps)
-B = 4
 LR = 0.1
 DATA_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
-
-
-def make_data(counts=COUNTS, seed=0, pad_seed=None) -> ClientData:
-    """Random uint8 images; padded entries are 0 unless `pad_seed` fills them with junk."""
-    rng = np.random.default_rng(seed)
-    n = len(counts)
-    x = rng.integers(0, 256, (n, M, *SHAPE), dtype=np.uint8)
-    y = rng.integers(0, CLASSES, (n, M)).astype(np.int32)
-    mask = np.arange(M)[None, :] < np.asarray(counts)[:, None]
-    junk = np.random.default_rng(pad_seed)
-    x = np.where(
-        mask[..., None, None, None],
-        x,
-        junk.integers(0, 256, x.shape, dtype=np.uint8) if pad_seed else 0,
-    )
-    y = np.where(mask, y, junk.integers(0, CLASSES, y.shape) if pad_seed else 0).astype(np.int32)
-    return ClientData(
-        jnp.asarray(x), jnp.asarray(y), jnp.asarray(mask), jnp.asarray(counts, jnp.int32)
-    )
 
 
 @pytest.fixture(scope="module")
@@ -65,16 +43,6 @@ def data():
 
 def leaves(tree):
     return [np.asarray(a) for a in jax.tree.leaves(tree)]
-
-
-def assert_trees_close(a, b, **kw):
-    for u, v in zip(leaves(a), leaves(b), strict=True):
-        np.testing.assert_allclose(u, v, **kw)
-
-
-def assert_trees_equal(a, b):
-    for u, v in zip(leaves(a), leaves(b), strict=True):
-        np.testing.assert_array_equal(u, v)
 
 
 def reference_train(
@@ -171,7 +139,7 @@ def test_local_train_matches_python_loop(model, data, loop_case, strategy, chunk
         strategy=strategy,
         chunk_size=chunk,
     )
-    assert_trees_close(new.params, ref, rtol=2e-5, atol=2e-6)
+    chex.assert_trees_all_close(new.params, ref, rtol=2e-5, atol=2e-6)
     expect_steps = 2 * -(-COUNTS[dc] // B)
     np.testing.assert_array_equal(metrics["steps"], expect_steps)
     assert np.all(np.isfinite(metrics["loss"]))
@@ -224,10 +192,10 @@ def test_momentum_weights_prox_and_activity_match_python_loop(model, data):
         prox=(mu, anchor),
         active=active,
     )
-    assert_trees_close(new.params, ref, rtol=2e-5, atol=2e-6)
+    chex.assert_trees_all_close(new.params, ref, rtol=2e-5, atol=2e-6)
     # the inactive slot is bit-for-bit unchanged, optimizer state included
     take = lambda t, s: jax.tree.map(lambda a: a[s], t)
-    assert_trees_equal(take(new, 2), take(state, 2))
+    chex.assert_trees_all_equal(take(new, 2), take(state, 2))
     assert metrics["steps"][2] == 0
 
 
@@ -242,7 +210,7 @@ def test_padded_values_and_padded_steps_change_nothing(model):
         kw = dict(batch_size=B, epochs=2, strategy=strategy, chunk_size=3)
         a, ma = local_train(model, opt, state, clean, dc, key, **kw)
         b, mb = local_train(model, opt, state, junk, dc, key, **kw)
-        assert_trees_equal(a, b)
+        chex.assert_trees_all_equal(a, b)
         np.testing.assert_array_equal(ma["loss"], mb["loss"])
     # Padded steps: a fifth slot with a client of M samples adds trailing (padded) steps for
     # the smaller clients' schedules; their results do not move.
@@ -259,7 +227,7 @@ def test_padded_values_and_padded_steps_change_nothing(model):
         strategy="map",
     )
     d, _ = local_train(model, opt, state, big, dc, key, batch_size=B, epochs=2, strategy="map")
-    assert_trees_equal(jax.tree.map(lambda v: v[:4], c), d)
+    chex.assert_trees_all_equal(jax.tree.map(lambda v: v[:4], c), d)
 
 
 def test_grad_fn_gets_per_slot_per_step_keys(model, data):
@@ -383,7 +351,7 @@ def test_init_state_and_donation(model, data):
     kept, _ = local_train(model, opt, same, data, dc, key, batch_size=B)
     copy = jax.tree.map(jnp.copy, same)
     donated, _ = local_train(model, opt, copy, data, dc, key, batch_size=B, donate=True)
-    assert_trees_equal(kept, donated)
+    chex.assert_trees_all_equal(kept, donated)
 
 
 def test_validation_errors(model, data):

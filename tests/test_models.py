@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -135,8 +136,7 @@ def test_cnn_im2col_equals_lax_impl_values_and_grads():
 
     (va, ga), (vb, gb) = value_and_grads(params)
     np.testing.assert_allclose(va, vb, rtol=1e-5)
-    for u, v in zip(jax.tree.leaves(ga), jax.tree.leaves(gb), strict=True):
-        np.testing.assert_allclose(u, v, rtol=1e-3, atol=1e-4)
+    chex.assert_trees_all_close(ga, gb, rtol=1e-3, atol=1e-4)
 
 
 def test_apply_is_twice_differentiable():
@@ -157,8 +157,7 @@ def test_apply_is_twice_differentiable():
     plus = grad(jax.tree.map(lambda a, b: a + eps * b, params, v))
     minus = grad(jax.tree.map(lambda a, b: a - eps * b, params, v))
     fd = jax.tree.map(lambda a, b: (a - b) / (2 * eps), plus, minus)
-    for a, b in zip(jax.tree.leaves(hvp), jax.tree.leaves(fd), strict=True):
-        np.testing.assert_allclose(a, b, rtol=2e-2, atol=2e-3)
+    chex.assert_trees_all_close(hvp, fd, rtol=2e-2, atol=2e-3)
 
 
 def test_get_model_validation_and_caching():

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import warnings
 
+import chex
 import jax
 import numpy as np
 import optax
 import pytest
+from helpers import COUNTS, B, M, make_data
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
-from test_engine import COUNTS, B, M, assert_trees_close, assert_trees_equal, make_data
 
 from pfedwn_jax.devices import use_cpu_devices
 from pfedwn_jax.engine import (
@@ -80,9 +81,9 @@ def test_two_shards_equal_one(model, num_slots, strategy, chunk):
             shards=shards,
         )
     if strategy == "map":
-        assert_trees_equal(out[1], out[2])
+        chex.assert_trees_all_equal(out[1], out[2])
     else:
-        assert_trees_close(out[1], out[2], rtol=1e-6, atol=1e-7)
+        chex.assert_trees_all_close(out[1], out[2], rtol=1e-6, atol=1e-7)
     trains = (COUNTS[dc] > 0) & active  # slot 1 inactive, client 2 has no data
     np.testing.assert_array_equal(np.asarray(out[2][1]["steps"]) > 0, trains)
 
@@ -146,6 +147,7 @@ def test_resolve_shards_and_cpu_devices_errors():
     [  # 6 slots split evenly; 5 slots replicated
         ("network", 5, ("fedavg", "pfedwn", "fedamp")),
         ("single", 4, ("pfedwn",)),
+        pytest.param("network", 7, (), marks=pytest.mark.slow, id="every-method-8-slots"),
     ],
 )
 def test_runner_results_do_not_depend_on_shards(mode, neighbors, algorithms):
@@ -195,5 +197,5 @@ def test_vmap_over_seeds_with_shards(model):
 
     keys = jax.random.split(jax.random.key(0), 3)
     one_dev, two_dev = (jax.jit(jax.vmap(lambda k, s=s: one(k, s)))(keys) for s in (1, 2))
-    assert_trees_equal(one_dev, two_dev)
+    chex.assert_trees_all_equal(one_dev, two_dev)
     assert jax.tree.leaves(two_dev.params)[0].shape[:2] == (3, len(dc))

@@ -169,3 +169,45 @@ def test_simulate_links_needs_concrete_subchannels():
                 ChannelParams(num_subchannels=f),
             )
         )(jnp.arange(8, 10))
+
+
+# --------------------------------------------------------------------------- slow: 1M draws
+
+
+def _success_rate(draw, batches: int):
+    """Mean over `batches` independent keys of `draw(key) -> [draws, ...] bool`; and the total
+    number of draws."""
+    ok = np.concatenate([np.asarray(draw(jax.random.key(1000 + b))) for b in range(batches)])
+    return ok.mean(0), ok.shape[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("moments", MOMENT_MODES)
+def test_lognormal_simulation_reproduces_formula_with_a_million_draws(moments):
+    """25x the quick test's draws: the 5-sigma band is 5x narrower (at most +-0.0025)."""
+    rng = np.random.default_rng(3)
+    t, nb = rng.uniform(0, 50, 2), rng.uniform(0, 50, (10, 2))
+    nb[0] = t + np.array([2.0, 1.0])
+    perr = np.asarray(error_probability(t, nb, 5.0, moments=moments), float)
+    assert 0.05 < np.median(perr) < 0.95  # not a degenerate case
+    rate, draws = _success_rate(
+        lambda k: simulate_links(k, t, nb, 5.0, 40_000, interference="lognormal", moments=moments),
+        batches=25,
+    )
+    _assert_rate(rate[None], perr, draws)
+
+
+@pytest.mark.slow
+def test_physical_with_one_interferer_matches_exact_integral_with_a_million_draws():
+    t = np.zeros(2)
+    nb = np.array([[10.0, 0.0], [0.0, 13.0]])
+    gamma_th = 5.0
+    c = P.tx_power_w * np.asarray(path_gain(jnp.array([10.0, 13.0]), P), float)
+    expected = np.array(
+        [
+            _one_interferer_failure(c[0], c[1], gamma_th, P),
+            _one_interferer_failure(c[1], c[0], gamma_th, P),
+        ]
+    )
+    rate, draws = _success_rate(lambda k: simulate_links(k, t, nb, gamma_th, 40_000), batches=25)
+    _assert_rate(rate[None], expected, draws)

@@ -1,0 +1,120 @@
+"""Test data builders and constants shared by several test modules.
+
+Import them with `from helpers import ...` (pytest puts `tests/` on `sys.path`); fixtures built
+on them are registered in `tests/conftest.py`. No JAX computation runs at import.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from pfedwn_jax.data import ClientData, Dataset
+
+# The engine's toy problem: 4x4 grey images, 3 classes, clients padded to M samples.
+SHAPE = (4, 4, 1)
+CLASSES = 3
+M = 16  # padded samples per client
+COUNTS = np.array([11, 5, 0, 9, 3])  # one empty client; the largest < M (padded steps)
+B = 4  # batch size
+
+
+def make_data(counts=COUNTS, seed=0, pad_seed=None, max_samples=M) -> ClientData:
+    """Random uint8 images `[len(counts), max_samples, *SHAPE]`; padded entries are 0 unless
+    `pad_seed` fills them with junk (which must never change a result)."""
+    rng = np.random.default_rng(seed)
+    n = len(counts)
+    x = rng.integers(0, 256, (n, max_samples, *SHAPE), dtype=np.uint8)
+    y = rng.integers(0, CLASSES, (n, max_samples)).astype(np.int32)
+    mask = np.arange(max_samples)[None, :] < np.asarray(counts)[:, None]
+    junk = np.random.default_rng(pad_seed)
+    x = np.where(
+        mask[..., None, None, None],
+        x,
+        junk.integers(0, 256, x.shape, dtype=np.uint8) if pad_seed else 0,
+    )
+    y = np.where(mask, y, junk.integers(0, CLASSES, y.shape) if pad_seed else 0).astype(np.int32)
+    return ClientData(
+        jnp.asarray(x), jnp.asarray(y), jnp.asarray(mask), jnp.asarray(counts, jnp.int32)
+    )
+
+
+def indexed_dataset(n_train=300, n_test=100, classes=5, seed=0) -> Dataset:
+    """Images that encode their pool index (+1) in two pixels, so a sample can be traced back
+    through a partition (`decode`); up to 65,535 samples."""
+    rng = np.random.default_rng(seed)
+    n = n_train + n_test
+    x = np.zeros((n, 4, 4, 1), np.uint8)
+    x[:, 0, 0, 0], x[:, 0, 1, 0] = (np.arange(n) + 1) // 256, (np.arange(n) + 1) % 256
+    y = rng.integers(0, classes, size=n).astype(np.int32)
+    return Dataset(x[:n_train], y[:n_train], x[n_train:], y[n_train:], classes, "indexed")
+
+
+def decode(cd: ClientData) -> list[np.ndarray]:
+    """Pool indices of each client's real samples in an `indexed_dataset` split."""
+    x, mask = np.asarray(cd.x), np.asarray(cd.mask)
+    ids = x[..., 0, 0, 0].astype(int) * 256 + x[..., 0, 1, 0] - 1
+    return [ids[n][mask[n]] for n in range(ids.shape[0])]
+
+
+def toml_text(table: Mapping[str, Any]) -> str:
+    """A TOML document of plain values (the subset `tomllib` reads back to the same values).
+
+    None entries are left out (TOML has no null); nested mappings become `[a."b"]` tables.
+    """
+    lines = _toml_table(table, ())
+    return "\n".join(lines) + "\n"
+
+
+def _toml_table(table: Mapping[str, Any], path: tuple[str, ...]) -> list[str]:
+    lines = [f"[{'.'.join(_toml_str(k) for k in path)}]"] if path else []
+    subtables = []
+    for key, value in table.items():
+        if value is None:
+            continue
+        if isinstance(value, Mapping):
+            subtables.append((key, value))
+        else:
+            lines.append(f"{_toml_str(key)} = {_toml_value(value)}")
+    for key, value in subtables:
+        lines.extend(_toml_table(value, (*path, key)))
+    return lines
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"toml_text writes finite floats only; got {value!r}")
+        return repr(value)
+    if isinstance(value, str):
+        return _toml_str(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"toml_text cannot write {type(value).__name__} {value!r}")
+
+
+def _toml_str(text: str) -> str:
+    """A TOML basic string: quotes, backslashes and control characters escaped."""
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def json_roundtrip(obj: Any) -> Any:
+    """`obj` written as JSON and read back (what a results file holds)."""
+    return json.loads(json.dumps(obj))
