@@ -25,7 +25,8 @@ from pfedwn_jax.models import get_model
 use_cpu_devices(2)
 
 # Property tests compile JAX code on their first examples, so no per-example deadline; each
-# test sets its own small `max_examples`. HYPOTHESIS_PROFILE=ci replays a fixed sequence.
+# test sets its own small `max_examples`. The `ci` profile (default where CI is set, as in
+# `.ci/run`) replays a fixed sequence so a CI run is repeatable; elsewhere each run explores.
 settings.register_profile("dev", deadline=None, print_blob=True)
 settings.register_profile(
     "ci",
@@ -34,7 +35,7 @@ settings.register_profile(
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow],
 )
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
 
 def accelerator() -> str | None:

@@ -228,7 +228,7 @@ def configs(draw) -> ExperimentConfig:
     return ExperimentConfig(
         dataset=draw(st.none() | text_st),
         data_dir=draw(st.none() | text_st),
-        partition=draw(st.sampled_from(SCHEMES) | text_st),
+        partition=draw(st.sampled_from(SCHEMES)),
         alpha=draw(positive_st),
         train_frac=draw(st.floats(0.0, 1.0, exclude_min=True, exclude_max=True)),
         data_seed=draw(st.none() | seed_st),
