@@ -14,6 +14,9 @@ from flax import nnx
 
 from pfedwn_jax.models.layers import Conv2D, max_pool
 
+# (H, W, C) of one image
+Shape3 = tuple[int, int, int]
+
 
 def to_float(x: jax.Array) -> jax.Array:
     """uint8 pixels -> float32 in [0, 1]."""
@@ -23,7 +26,7 @@ def to_float(x: jax.Array) -> jax.Array:
 class LogReg(nnx.Module):
     """Multinomial logistic regression on flattened pixels."""
 
-    def __init__(self, input_shape: tuple[int, int, int], num_classes: int, *, rngs: nnx.Rngs):
+    def __init__(self, input_shape: Shape3, num_classes: int, *, rngs: nnx.Rngs):
         h, w, c = input_shape
         self.out = nnx.Linear(h * w * c, num_classes, rngs=rngs)
 
@@ -36,7 +39,7 @@ class MLP(nnx.Module):
 
     def __init__(
         self,
-        input_shape: tuple[int, int, int],
+        input_shape: Shape3,
         num_classes: int,
         *,
         hidden: int = 200,
@@ -54,7 +57,7 @@ class MLP(nnx.Module):
         return self.out(z)
 
 
-def cnn_feature_size(input_shape: tuple[int, int, int]) -> tuple[int, int]:
+def cnn_feature_size(input_shape: Shape3) -> tuple[int, int]:
     """Spatial size after the CNN's two (conv 5x5 VALID, maxpool 2) stages."""
     h, w, _ = input_shape
     for _ in range(2):
@@ -70,12 +73,7 @@ class CNN(nnx.Module):
     """
 
     def __init__(
-        self,
-        input_shape: tuple[int, int, int],
-        num_classes: int,
-        *,
-        conv_impl: str = "im2col",
-        rngs: nnx.Rngs,
+        self, input_shape: Shape3, num_classes: int, *, conv_impl: str = "im2col", rngs: nnx.Rngs
     ):
         c = input_shape[2]
         fh, fw = cnn_feature_size(input_shape)
@@ -138,12 +136,7 @@ class ResNet18(nnx.Module):
     STAGES = (64, 128, 256, 512)
 
     def __init__(
-        self,
-        input_shape: tuple[int, int, int],
-        num_classes: int,
-        *,
-        conv_impl: str = "im2col",
-        rngs: nnx.Rngs,
+        self, input_shape: Shape3, num_classes: int, *, conv_impl: str = "im2col", rngs: nnx.Rngs
     ):
         c = input_shape[2]
         self.stem = Conv2D(c, 64, 3, padding="SAME", use_bias=False, impl=conv_impl, rngs=rngs)

@@ -7,6 +7,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import struct
 
 from pfedwn_jax._checks import check_choice, check_finite, check_range, is_concrete
 from pfedwn_jax.wireless.channel import MOMENT_MODES
@@ -16,6 +17,20 @@ from pfedwn_jax.wireless.params import ChannelParams
 def float_dtype() -> Any:
     """float64 when `jax_enable_x64` is on, else float32."""
     return jnp.result_type(float)
+
+
+@struct.dataclass
+class Links:
+    """Validated link inputs with a common batch shape `[...]` (default float dtype).
+
+    target [..., 2], neighbor [..., n, 2] positions (m), gamma_th [...] SINR threshold,
+    valid [..., n] bool (padded slots neither receive nor interfere).
+    """
+
+    target: Any
+    neighbor: Any
+    gamma_th: Any
+    valid: Any
 
 
 def _shape(name: str, x: Any) -> tuple[int, ...]:
@@ -32,12 +47,8 @@ def link_inputs(
     valid: Any,
     params: Any,
     moments: str | None = None,
-) -> tuple[Any, Any, Any, Any, ChannelParams]:
-    """Validate and broadcast the link-level inputs.
-
-    Returns (target [..., 2], neighbor [..., n, 2], gamma_th [...], valid [..., n] bool,
-    params) as arrays of the default float dtype, all with the common batch shape `[...]`.
-    """
+) -> tuple[Links, ChannelParams]:
+    """Validate and broadcast the link-level inputs: `(Links, params)`."""
     if not isinstance(params, ChannelParams):
         raise ValueError(f"params must be a ChannelParams; got {type(params).__name__}")
     if moments is not None:
@@ -83,7 +94,7 @@ def link_inputs(
     gamma = _as(gamma_th, dtype, batch)
     # params go to the jitted cores as they are: Python-number fields are weakly typed, so
     # they follow the positions' dtype and new values never trigger recompilation.
-    return target, neighbor, gamma, valid_arr, params
+    return Links(target, neighbor, gamma, valid_arr), params
 
 
 def _as(x: Any, dtype: Any, shape: tuple[int, ...]) -> Any:

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pfedwn_jax._checks import check_choice, check_int, is_concrete
-from pfedwn_jax.wireless._inputs import link_inputs
+from pfedwn_jax.wireless._inputs import Links, link_inputs
 from pfedwn_jax.wireless.channel import log_noise_power
 from pfedwn_jax.wireless.params import ChannelParams
 from pfedwn_jax.wireless.perr import (
@@ -31,17 +31,16 @@ from pfedwn_jax.wireless.perr import (
 
 INTERFERENCE_MODES = ("physical", "lognormal")
 
+# (ln c [..., n], rel [..., n]) of `link_geometry`
+Geo = tuple[Any, Any]
+
 
 def _physical(
-    key: Any,
-    log_c: Any,
-    rel: Any,
-    gamma_th: Any,
-    valid: Any,
-    params: ChannelParams,
-    num_draws: int,
-    num_sub: int,
+    key: Any, links: Links, geo: Geo, params: ChannelParams, num_draws: int, num_sub: int
 ) -> Any:
+    """Success [num_draws, ..., n] with every node's fading and sub-channel drawn."""
+    log_c, rel = geo
+    gamma_th, valid = links.gamma_th, links.valid
     rho = power_ratio_matrix(rel)
     shape = (num_draws, *valid.shape, num_sub)
     u = jax.random.exponential(key, shape, log_c.dtype)  # h^2 / Gamma per sub-channel
@@ -57,15 +56,16 @@ def _physical(
 
 def _lognormal(
     key: Any,
-    log_c: Any,
-    rel: Any,
-    gamma_th: Any,
-    valid: Any,
+    links: Links,
+    geo: Geo,
     params: ChannelParams,
     m1: Any,
     var1: Any,
     num_draws: int,
 ) -> Any:
+    """Success [num_draws, ..., n] with the interference drawn from its log-normal model."""
+    log_c, rel = geo
+    gamma_th, valid = links.gamma_th, links.valid
     k_h, k_i = jax.random.split(key)
     mu, s2, has = interference_lognormal(rel, m1, var1)
     shape = (num_draws, *valid.shape)
@@ -81,10 +81,7 @@ def _lognormal(
 
 def _simulate_impl(
     key: Any,
-    target: Any,
-    neighbor: Any,
-    gamma_th: Any,
-    valid: Any,
+    links: Links,
     params: ChannelParams,
     m1: Any,
     var1: Any,
@@ -92,10 +89,10 @@ def _simulate_impl(
     interference: str,
     num_sub: int,
 ) -> Any:
-    _, log_c, rel = link_geometry(target, neighbor, valid, params)
+    _, log_c, rel = link_geometry(links.target, links.neighbor, links.valid, params)
     if interference == "physical":
-        return _physical(key, log_c, rel, gamma_th, valid, params, num_draws, num_sub)
-    return _lognormal(key, log_c, rel, gamma_th, valid, params, m1, var1, num_draws)
+        return _physical(key, links, (log_c, rel), params, num_draws, num_sub)
+    return _lognormal(key, links, (log_c, rel), params, m1, var1, num_draws)
 
 
 _simulate_jit = jax.jit(_simulate_impl, static_argnames=("num_draws", "interference", "num_sub"))
@@ -128,16 +125,11 @@ def simulate_links(
             "(it sets the number of amplitudes drawn per node)"
         )
     num_sub = int(np.asarray(params.num_subchannels))
-    target, neighbor, gamma, valid_arr, params = link_inputs(
-        target_xy, neighbor_xy, gamma_th, valid, params, moments
-    )
+    links, params = link_inputs(target_xy, neighbor_xy, gamma_th, valid, params, moments)
     m1, var1 = moment_coefficients(params, moments=moments)
     return _simulate_jit(
         key,
-        target,
-        neighbor,
-        gamma,
-        valid_arr,
+        links,
         params,
         m1,
         var1,

@@ -22,7 +22,7 @@ import numpy as np
 from jax.scipy.special import erfc
 
 from pfedwn_jax._checks import check_int
-from pfedwn_jax.wireless._inputs import link_inputs
+from pfedwn_jax.wireless._inputs import Links, link_inputs
 from pfedwn_jax.wireless.channel import (
     interferer_moments,
     log_noise_power,
@@ -122,22 +122,13 @@ def _moments_impl(params: ChannelParams, moments: str) -> tuple[Any, Any]:
 moment_coefficients = jax.jit(_moments_impl, static_argnames="moments")
 
 
-def _perr_impl(
-    target: Any,
-    neighbor: Any,
-    gamma_th: Any,
-    valid: Any,
-    params: ChannelParams,
-    m1: Any,
-    var1: Any,
-    num_nodes: int,
-) -> Any:
-    dtype = target.dtype
-    _, log_c, rel = link_geometry(target, neighbor, valid, params)
+def _perr_impl(links: Links, params: ChannelParams, m1: Any, var1: Any, num_nodes: int) -> Any:
+    dtype = links.target.dtype
+    _, log_c, rel = link_geometry(links.target, links.neighbor, links.valid, params)
     mu, s2, has_intf = interference_lognormal(rel, m1, var1)
     sigma = jnp.sqrt(jnp.maximum(s2, jnp.finfo(dtype).tiny))
     gamma = params.rayleigh_gamma
-    g = gamma_th[..., None]
+    g = links.gamma_th[..., None]
     # log-normal location relative to B = c_s Gamma / gamma_th, and kappa = sigma_n^2 / B.
     m = mu - jnp.log(gamma / g)
     kappa = jnp.exp(log_noise_power(params) + jnp.log(g) - jnp.log(gamma) - log_c)
@@ -168,7 +159,7 @@ def _perr_impl(
         integrand, jnp.where(has_intf, lo, 0.0), jnp.where(has_intf, hi, 0.0), num_nodes, dtype
     ) * (inv * _INV_SQRT_2PI)
     perr = jnp.where(has_intf, p_noise + jnp.exp(-kappa) * (closed - quad), p_noise)
-    return jnp.where(valid, jnp.clip(perr, 0.0, 1.0), 1.0)
+    return jnp.where(links.valid, jnp.clip(perr, 0.0, 1.0), 1.0)
 
 
 _perr_jit = jax.jit(_perr_impl, static_argnames="num_nodes")
@@ -201,15 +192,13 @@ def error_probability(
     params = ChannelParams() if params is None else params
     if num_nodes is not None:
         num_nodes = check_int("num_nodes", num_nodes, 2, 4096)
-    target, neighbor, gamma, valid_arr, params = link_inputs(
-        target_xy, neighbor_xy, gamma_th, valid, params, moments
-    )
+    links, params = link_inputs(target_xy, neighbor_xy, gamma_th, valid, params, moments)
     if num_nodes is None:
         num_nodes = default_num_nodes(
-            target_xy, neighbor_xy, gamma_th, params, jnp.dtype(target.dtype).name
+            target_xy, neighbor_xy, gamma_th, params, jnp.dtype(links.target.dtype).name
         )
     m1, var1 = moment_coefficients(params, moments=moments)
-    return _perr_jit(target, neighbor, gamma, valid_arr, params, m1, var1, num_nodes=num_nodes)
+    return _perr_jit(links, params, m1, var1, num_nodes=num_nodes)
 
 
 def default_num_nodes(
