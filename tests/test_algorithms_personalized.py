@@ -363,7 +363,7 @@ def test_pfedwn_em_weights_concentrate_on_same_distribution_neighbors_over_seeds
     hp = make_hparams(alg, overrides)
     similar = []
     for seed in range(10):
-        ctx = make_ctx(classes)._replace(train=make_data(classes, seed=seed))
+        ctx = make_ctx(classes).replace(train=make_data(classes, seed=seed))
         state0 = alg.init(jax.random.PRNGKey(seed), ctx, hp)
         state, _ = run("pfedwn", ctx, 3, overrides, state=state0)
         pi = np.asarray(state.pi)[0]
