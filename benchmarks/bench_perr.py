@@ -55,7 +55,7 @@ def _scipy_seconds(stats: list, gamma_th: float) -> tuple[float, np.ndarray]:
     return time.perf_counter() - start, np.array(vals).reshape(len(stats), -1)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--targets", type=int, default=20000, help="targets for the JAX timing")
     ap.add_argument("--neighbors", type=int, default=10)
@@ -71,53 +71,64 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="runs/bench_perr.json")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
 
+
+def measure(args: argparse.Namespace) -> dict:
+    """Interleaved rounds: scipy, then both JAX dtypes, so load changes hit all of them alike.
+
+    Each round's scipy links are the first links of a fresh block of targets. Returns the raw
+    per-round seconds, speed-ups and max differences.
+    """
     t, nb = _topologies(args.targets, args.neighbors, args.seed)
     links = t.shape[0] * args.neighbors
     per_round = max(1, args.scipy_links // args.neighbors // args.rounds)
     params = ChannelParams()
     for x64 in (False, True):  # compile both dtypes before timing
         _vectorized_seconds(t, nb, args.gamma_th, args.moments, x64)
-    # Rounds interleave scipy and both JAX dtypes so load changes hit all of them alike;
-    # each round's scipy links are the first links of a fresh block of targets.
-    sp_secs, sp_links, speed = [], 0, {"float32": [], "float64": []}
-    vec_secs = {"float32": [], "float64": []}
-    diffs = {"float32": 0.0, "float64": 0.0}
+    m = {"links": links, "sp_secs": [], "sp_links": 0}
+    m.update(vec_secs={"float32": [], "float64": []}, speed={"float32": [], "float64": []})
+    m["diffs"] = {"float32": 0.0, "float64": 0.0}
     for r in range(args.rounds):
         idx = range(r * per_round, (r + 1) * per_round)
         stats = [link_statistics(t[i], nb[i], params, args.moments) for i in idx]
         runs = [_scipy_seconds(stats, args.gamma_th) for _ in range(args.best_of)]
         secs, ref = min(r[0] for r in runs), runs[0][1]
-        sp_secs.append(secs)
-        sp_links += ref.size
+        m["sp_secs"].append(secs)
+        m["sp_links"] += ref.size
         for name, x64 in (("float32", False), ("float64", True)):
             runs = [
                 _vectorized_seconds(t, nb, args.gamma_th, args.moments, x64)
                 for _ in range(args.best_of)
             ]
             vsecs, vals = min(r[0] for r in runs), runs[0][1]
-            vec_secs[name].append(vsecs)
-            speed[name].append((links / vsecs) / (ref.size / secs))
-            diffs[name] = max(diffs[name], float(np.max(np.abs(vals[idx.start : idx.stop] - ref))))
-    sp_rate = sp_links / sum(sp_secs)  # from each round's fastest pass
+            m["vec_secs"][name].append(vsecs)
+            m["speed"][name].append((links / vsecs) / (ref.size / secs))
+            diff = float(np.max(np.abs(vals[idx.start : idx.stop] - ref)))
+            m["diffs"][name] = max(m["diffs"][name], diff)
+    return m
+
+
+def summarize(args: argparse.Namespace, m: dict) -> dict:
+    """The JSON result: one row per dtype, the scipy baseline and the machine."""
     rows = []
     for name in ("float32", "float64"):
-        best = min(vec_secs[name])
+        secs, speed = m["vec_secs"][name], m["speed"][name]
         rows.append(
             {
                 "dtype": name,
-                "links": links,
-                "seconds_best": best,
-                "seconds_median": float(np.median(vec_secs[name])),
-                "links_per_s": links / best,
-                "speedup_median": float(np.median(speed[name])),
-                "speedup_min": float(np.min(speed[name])),
-                "speedup_max": float(np.max(speed[name])),
-                "max_abs_diff_vs_scipy": diffs[name],
+                "links": m["links"],
+                "seconds_best": min(secs),
+                "seconds_median": float(np.median(secs)),
+                "links_per_s": m["links"] / min(secs),
+                "speedup_median": float(np.median(speed)),
+                "speedup_min": float(np.min(speed)),
+                "speedup_max": float(np.max(speed)),
+                "max_abs_diff_vs_scipy": m["diffs"][name],
             }
         )
-    result = {
+    sp_secs = sum(m["sp_secs"])
+    return {
         "benchmark": "perr_quadrature",
         "moments": args.moments,
         "gamma_th": args.gamma_th,
@@ -125,9 +136,9 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": args.rounds,
         "best_of": args.best_of,
         "scipy": {
-            "links": sp_links,
-            "seconds": sum(sp_secs),
-            "links_per_s": sp_rate,
+            "links": m["sp_links"],
+            "seconds": sp_secs,
+            "links_per_s": m["sp_links"] / sp_secs,  # from each round's fastest pass
             "quad_options": QUAD_OPTS,
         },
         "vectorized": rows,
@@ -139,20 +150,30 @@ def main(argv: list[str] | None = None) -> int:
             "backend": jax.default_backend(),
         },
     }
+
+
+def print_table(result: dict) -> None:
+    sp = result["scipy"]
     print(
-        f"scipy quad, link by link: {sp_links} links in {sum(sp_secs):.2f} s "
-        f"= {sp_rate:,.0f} links/s ({args.rounds} interleaved rounds)"
+        f"scipy quad, link by link: {sp['links']} links in {sp['seconds']:.2f} s "
+        f"= {sp['links_per_s']:,.0f} links/s ({result['rounds']} interleaved rounds)"
     )
     print(
         f"{'dtype':8} {'links':>8} {'best s':>8} {'links/s':>12} {'x scipy (median, range)':>25} "
         f"{'max |diff|':>10}"
     )
-    for r in rows:
+    for r in result["vectorized"]:
         rng = f"{r['speedup_median']:.0f} ({r['speedup_min']:.0f}-{r['speedup_max']:.0f})"
         print(
             f"{r['dtype']:8} {r['links']:>8} {r['seconds_best']:>8.4f} "
             f"{r['links_per_s']:>12,.0f} {rng:>25} {r['max_abs_diff_vs_scipy']:>10.1e}"
         )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    result = summarize(args, measure(args))
+    print_table(result)
     out = atomic_write_json(args.out, result, indent=2)
     print(f"wrote {out}")
     return 0
