@@ -7,6 +7,7 @@ import pickle
 
 import numpy as np
 import pytest
+from helpers import TINY_RUN
 
 from pfedwn_jax.cli import main
 from pfedwn_jax.experiment import ExperimentConfig, run
@@ -15,8 +16,7 @@ from pfedwn_jax.experiment.checkpoint import read_resume, run_progress
 from pfedwn_jax.experiment.results import new_entry
 
 # tiny and fast: logistic regression, 4 clients, two methods
-TINY = dict(model="logreg", num_neighbors=3, rounds=7, gamma_th=1.0, eps=0.5)
-TINY["algorithms"] = ("local", "fedavg")
+TINY = {**TINY_RUN, "rounds": 7, "algorithms": ("local", "fedavg")}
 KEYS = ("target_accuracy", "target_loss", "client_accuracy", "client_loss", "records", "diverged")
 
 

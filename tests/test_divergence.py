@@ -7,20 +7,14 @@ import logging
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import TINY_RUN
 
 from pfedwn_jax.experiment import ExperimentConfig, Result, format_table, run
 from pfedwn_jax.experiment.divergence import LOSS_BOUND, slot_finite
 
 # FedProx with lr * mu = 500 oscillates out of bounds within its first round; Local is fine
 CFG = ExperimentConfig(
-    model="logreg",
-    num_neighbors=3,
-    rounds=3,
-    lr=0.05,
-    algorithms=("fedprox", "local"),
-    hparams={"fedprox": {"mu": 1e4}},
-    gamma_th=1.0,
-    eps=0.5,
+    **TINY_RUN, algorithms=("fedprox", "local"), hparams={"fedprox": {"mu": 1e4}}
 )
 
 

@@ -9,6 +9,7 @@ import sys
 import jax
 import numpy as np
 import pytest
+from helpers import TINY_RUN
 
 import pfedwn_jax
 from pfedwn_jax import experiment
@@ -18,16 +19,7 @@ from pfedwn_jax.experiment.federation import network_perr
 from pfedwn_jax.io import atomic_open, atomic_write_text
 
 # tiny and fast: logistic regression, 4 clients, 3 rounds
-TINY = dict(
-    model="logreg",
-    num_neighbors=3,
-    rounds=3,
-    batch_size=32,
-    lr=0.05,
-    algorithms=("local", "fedavg", "fedprox"),
-    gamma_th=1.0,
-    eps=0.5,
-)
+TINY = {**TINY_RUN, "algorithms": ("local", "fedavg", "fedprox")}
 
 
 @pytest.fixture(scope="module")

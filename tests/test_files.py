@@ -11,6 +11,7 @@ import stat
 import time
 
 import pytest
+from helpers import TINY_RUN
 
 from pfedwn_jax import io
 from pfedwn_jax.cli import describe_os_error, main
@@ -19,15 +20,7 @@ from pfedwn_jax.experiment import ExperimentConfig, format_table, run
 from pfedwn_jax.experiment import runner as runner_mod
 from pfedwn_jax.experiment.report import RESUMED_NOTE
 
-TINY = dict(
-    model="logreg",
-    num_neighbors=3,
-    rounds=3,
-    lr=0.05,
-    algorithms=("local", "fedavg"),
-    gamma_th=1.0,
-    eps=0.5,
-)
+TINY = {**TINY_RUN, "algorithms": ("local", "fedavg")}
 TINY_FLAGS = ["--model", "logreg", "--num-neighbors", "3", "--gamma-th", "1", "--eps", "0.5"]
 IS_ROOT = os.geteuid() == 0
 
