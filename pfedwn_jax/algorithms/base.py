@@ -33,7 +33,10 @@ with ``pfedwn_jax._checks`` and field names as the config spells them, e.g.
 ``"hparams.fedprox.mu"``, and stores the normalised values (``2.0 -> 2``).
 The runner builds it with ``make_hparams(alg, overrides)`` from the config's
 ``hparams[name]`` dict (unknown keys are a ValueError listing the fields). The instance is
-hashable and is closed over (static) when the round is compiled.
+hashable. Its ``float`` fields are *dynamic*: the runner passes them into the compiled round
+as arrays (``hparam_values`` / ``bind_hparams``), so one program serves every value (a sweep
+vmaps over them) and an algorithm must use them as numbers (``jnp`` arithmetic, no Python
+``if hp.mu == 0``). Every other field (int, bool, str) is static: closed over at compile time.
 
 **Registration.** A module defines its ``Algorithm`` and calls ``register(ALG)`` at import;
 ``pfedwn_jax.algorithms`` imports every built-in algorithm module, so ``get_algorithm(name)``
@@ -56,6 +59,7 @@ from typing import Any, NamedTuple
 
 import flax.struct
 import jax
+import optax
 
 from pfedwn_jax.data.client_data import ClientData
 
@@ -72,7 +76,8 @@ class RoundContext:
 
     Attributes:
       model: the engine's ``Model`` (name, init, apply). Static.
-      optimizer: an ``optax.GradientTransformation`` for local training. Static.
+      optimizer: an ``optax.GradientTransformation`` for local training, or None: SGD with
+        the ``lr`` and ``momentum`` leaves (see ``tx``). Static.
       train: training ``ClientData`` of every *data* client ``[clients, samples, ...]``.
       data_client: ``[S]`` int32, slot -> data client row of ``train`` (and of the test split).
       adjacency: ``[S, S]`` bool, ``adjacency[i, j]``: slot ``i`` receives slot ``j``'s model.
@@ -83,6 +88,9 @@ class RoundContext:
       num_steps: if not None, local SGD steps per round instead of epochs. Static.
       shards: devices the slots are split over in local training (``engine.sharding``);
         None: every device of the default backend. Static.
+      lr: ``[]`` float32 SGD learning rate (used when ``optimizer`` is None). An array, not a
+        static, so runs with other learning rates share one compiled program.
+      momentum: ``[]`` float32 SGD momentum, or None for plain SGD (no trace in the state).
     """
 
     model: Any = flax.struct.field(pytree_node=False)
@@ -96,10 +104,23 @@ class RoundContext:
     local_epochs: int = flax.struct.field(pytree_node=False, default=1)
     num_steps: int | None = flax.struct.field(pytree_node=False, default=None)
     shards: int | None = flax.struct.field(pytree_node=False, default=None)
+    lr: Any = None
+    momentum: Any = None
 
     @property
     def num_slots(self) -> int:
         return int(self.data_client.shape[0])
+
+    @property
+    def tx(self) -> optax.GradientTransformation:
+        """The local optimizer: ``optimizer``, or SGD built from the ``lr``/``momentum`` leaves
+        (inside a compiled round they are the run's traced values; every ``init`` of an
+        optimizer state, EM's scratch models included, gets the same run's settings)."""
+        if self.optimizer is not None:
+            return self.optimizer
+        if self.lr is None:
+            raise ValueError("RoundContext needs an optimizer or a learning rate `lr`")
+        return optax.sgd(self.lr, momentum=self.momentum)
 
 
 class Algorithm(NamedTuple):
@@ -172,6 +193,35 @@ def make_hparams(alg: Algorithm, overrides: Mapping[str, Any] | None = None) -> 
     if unknown:
         raise ValueError(f"hparams.{alg.name}: unknown field(s) {unknown}; allowed: {fields}")
     return alg.hparams(**overrides)
+
+
+def dynamic_fields(hp_type: type) -> tuple[str, ...]:
+    """The ``float`` fields of a hyperparameter dataclass: passed to compiled rounds as arrays."""
+    return tuple(f.name for f in dataclasses.fields(hp_type) if f.type in ("float", float))
+
+
+def hparam_values(hp: Any) -> dict[str, jax.Array]:
+    """``{field: float32 array}`` of ``hp``'s dynamic fields (the leaves a compiled round takes)."""
+    return {k: jax.numpy.float32(getattr(hp, k)) for k in dynamic_fields(type(hp))}
+
+
+def bind_hparams(hp: Any, values: Mapping[str, Any]) -> Any:
+    """A copy of ``hp`` whose dynamic fields are ``values`` (arrays or tracers).
+
+    Skips ``__post_init__``: the values were validated when ``hp`` (or each run's own
+    hyperparameters) was built; tracers cannot be checked.
+    """
+    out = object.__new__(type(hp))
+    for f in dataclasses.fields(hp):
+        object.__setattr__(out, f.name, values.get(f.name, getattr(hp, f.name)))
+    return out
+
+
+def static_hparams(hp: Any) -> Any:
+    """``hp`` with its dynamic fields at their defaults: equal for hyperparameters that share
+    a compiled program (a cache and grouping key)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(hp)}
+    return bind_hparams(hp, {k: defaults[k] for k in dynamic_fields(type(hp))})
 
 
 def hparams_dict(hp: Any) -> dict[str, Any]:

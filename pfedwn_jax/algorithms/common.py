@@ -46,7 +46,7 @@ def init_clients(key: jax.Array, ctx: RoundContext, *, same_init: bool = True) -
     """The stacked ``ClientState`` ``[S, ...]`` of every slot (one shared initial model by
     default, as FL does); checks the context's shapes first."""
     check_context(ctx)
-    return init_client_state(ctx.model, ctx.optimizer, key, ctx.num_slots, same_init=same_init)
+    return init_client_state(ctx.model, ctx.tx, key, ctx.num_slots, same_init=same_init)
 
 
 def local_update(
@@ -81,7 +81,7 @@ def local_update(
         num_steps = ctx.num_steps if num_steps is None else num_steps
     return local_train(
         ctx.model,
-        ctx.optimizer,
+        ctx.tx,
         clients,
         ctx.train,
         ctx.data_client if data_client is None else data_client,

@@ -148,9 +148,7 @@ def _round(
 
 def eval_params(state: BaselineState, ctx: RoundContext, hp: PerFedAvgHParams):
     """The held (global) model after one step of size alpha on the slot's own training data."""
-    params = state.clients.params
-    if hp.alpha == 0:
-        return params
+    params = state.clients.params  # alpha is traced (a dynamic hyperparameter): no shortcut at 0
     train = ctx.train
     chunk = max(ctx.batch_size, EVAL_CHUNK)
 

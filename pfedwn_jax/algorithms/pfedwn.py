@@ -212,7 +212,7 @@ def estimate_pi(
         return (comp_state, pi), pi
 
     pi0 = (nmask / jnp.maximum(nmask.sum(1, keepdims=True), 1)).astype(jnp.float32)
-    state0 = ClientState(comp, jax.vmap(ctx.optimizer.init)(comp))
+    state0 = ClientState(comp, jax.vmap(ctx.tx.init)(comp))
     (state, pi), trace = jax.lax.scan(em_step, (state0, pi0), jnp.arange(hp.em_steps))
     trace = jnp.concatenate([pi0[None], trace], axis=0)
     losses = losses_of(state.params)

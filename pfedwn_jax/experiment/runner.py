@@ -37,11 +37,17 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from tqdm.auto import tqdm
 
 from pfedwn_jax._checks import check_int
-from pfedwn_jax.algorithms import Algorithm, RoundContext, get_algorithm
+from pfedwn_jax.algorithms import (
+    Algorithm,
+    RoundContext,
+    bind_hparams,
+    get_algorithm,
+    hparam_values,
+    static_hparams,
+)
 from pfedwn_jax.data import DEFAULT_DATASET, ClientData, FederatedData, load_dataset, make_federated
 from pfedwn_jax.engine import constrain_slots, evaluate, put_slots, replicate, resolve_shards
 from pfedwn_jax.experiment import checkpoint as ckpt
@@ -88,26 +94,20 @@ def build_model(config: ExperimentConfig, num_classes: int, input_shape: tuple[i
         raise ValueError(f"model: {config.model!r} does not fit the data: {e}") from None
 
 
-def build_optimizer(config: ExperimentConfig) -> optax.GradientTransformation:
-    """SGD; equal settings give the same object, so compiled rounds are reused in-process."""
-    return _sgd(float(config.lr), float(config.momentum))
-
-
-@functools.lru_cache(maxsize=16)
-def _sgd(lr: float, momentum: float) -> optax.GradientTransformation:
-    return optax.sgd(lr, momentum=momentum or None)
-
-
 def build_context(
-    config: ExperimentConfig, fed: Federation, data: FederatedData, model: Any, optimizer: Any
+    config: ExperimentConfig, fed: Federation, data: FederatedData, model: Any
 ) -> RoundContext:
-    """The `RoundContext` of the experiment (device arrays, not yet placed)."""
+    """The `RoundContext` of the experiment (device arrays, not yet placed).
+
+    SGD's learning rate and momentum are leaves of the context (`RoundContext.tx`), so runs
+    that differ only in them share one compiled round; momentum 0 is plain SGD (no trace).
+    """
     train = jax.tree_util.tree_map(jnp.asarray, data.train)
     data_client = jnp.asarray(fed.data_client, jnp.int32)
     num_samples = jnp.asarray(np.asarray(data.train.count)[fed.data_client], jnp.float32)
     return RoundContext(
         model=model,
-        optimizer=optimizer,
+        optimizer=None,
         train=train,
         data_client=data_client,
         adjacency=jnp.asarray(fed.adjacency, bool),
@@ -116,6 +116,8 @@ def build_context(
         batch_size=config.batch_size,
         local_epochs=config.local_epochs,
         num_steps=config.local_steps,
+        lr=jnp.float32(config.lr),
+        momentum=jnp.float32(config.momentum) if config.momentum else None,
     )
 
 
@@ -169,7 +171,7 @@ def setup(config: ExperimentConfig, shards: int | None = None) -> Experiment:
     data = load_data(config)
     model = build_model(config, data.num_classes, data.train.x.shape[2:])
     fed = build_federation(config)
-    ctx = build_context(config, fed, data, model, build_optimizer(config))
+    ctx = build_context(config, fed, data, model)
     test = jax.tree_util.tree_map(jnp.asarray, data.test)
     # Several devices (CPU cores via `use_cpu_devices`, GPUs): slots split, the rest replicated.
     ctx = ctx.replace(shards=resolve_shards(shards, ctx.num_slots))
@@ -179,12 +181,14 @@ def setup(config: ExperimentConfig, shards: int | None = None) -> Experiment:
 
 
 # --------------------------------------------------------------------------- one round
-def _step(alg, hp, state, key, ctx, test):
+def _step(alg, hp, state, key, ctx, test, hvalues):
     """One round plus evaluation and records: the compiled unit of the runner.
 
-    `metrics` holds the evaluation's `loss [S]`, `accuracy [S]` and `finite [S]`
+    `hp` is static (`static_hparams`), `hvalues` its dynamic (float) fields as arrays
+    (`hparam_values`), bound inside so one compiled round serves every value. `metrics` holds the evaluation's `loss [S]`, `accuracy [S]` and `finite [S]`
     (`divergence.slot_finite` of the evaluated models, test and training losses).
     """
+    hp = bind_hparams(hp, hvalues)
     state = alg.round(state, key, ctx, hp)
     state = constrain_slots(state, ctx.num_slots, ctx.shards)  # where it came in: one compile
     params = alg.eval_params(state, ctx, hp)
@@ -196,11 +200,16 @@ def _step(alg, hp, state, key, ctx, test):
     return state, {**metrics, "finite": slot_finite(params, losses)}, records
 
 
-@functools.lru_cache(maxsize=32)
 def jitted_step(alg, hp):
-    """The jitted round of `alg` with hyperparameters `hp` (cached: one compile per process
-    for equal algorithm, hyperparameters, context structure and shapes)."""
-    return jax.jit(functools.partial(_step, alg, hp), donate_argnums=0)
+    """The jitted round of `alg` for hyperparameters like `hp`: call it as
+    `(state, key, ctx, test, hparam_values(hp))` (cached: one compile per process for equal
+    algorithm, static hyperparameters, context structure and shapes)."""
+    return _jitted_step(alg, static_hparams(hp))
+
+
+@functools.lru_cache(maxsize=32)
+def _jitted_step(alg, static_hp):
+    return jax.jit(functools.partial(_step, alg, static_hp), donate_argnums=0)
 
 
 def init_state(
@@ -214,9 +223,11 @@ def init_state(
 
 
 def compile_round(exp: Experiment, alg: Algorithm, hp: Any, state: Any) -> tuple[Any, float]:
-    """`(compiled round, seconds)`: `compiled(state, key, exp.ctx, exp.test)` runs `_step`."""
+    """`(compiled round, seconds)`: `compiled(state, key, exp.ctx, exp.test, hparam_values(hp))`
+    runs `_step`."""
     t0 = time.perf_counter()
-    compiled = jitted_step(alg, hp).lower(state, exp.round_root, exp.ctx, exp.test).compile()
+    args = (state, exp.round_root, exp.ctx, exp.test, hparam_values(hp))
+    compiled = jitted_step(alg, hp).lower(*args).compile()
     return compiled, time.perf_counter() - t0
 
 
@@ -272,11 +283,12 @@ def run_method(
     if 0 < start < rounds:  # times from here on add to those of the interrupted process
         entry["timings"].setdefault("resumed_at", []).append(start)
     is_target = np.asarray(exp.federation.is_target)
+    hvalues = hparam_values(hp)
     bar = _progress_bar(name, rounds, start, progress)
     try:
         for r in range(start, rounds):
             t0 = time.perf_counter()
-            state, metrics, records = compiled(state, exp.round_key(r), exp.ctx, exp.test)
+            state, metrics, records = compiled(state, exp.round_key(r), exp.ctx, exp.test, hvalues)
             out = fetch_round(metrics, records)
             row = round_row(
                 r + 1, out.accuracy, out.loss, out.records, is_target, time.perf_counter() - t0
