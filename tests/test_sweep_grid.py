@@ -204,6 +204,12 @@ def test_expand_rejects_bad_zips_and_seeds():
         expand(BASE, "1,1", {"lr": [0.1]})
     with pytest.raises(ValueError, match=f"= {2 * MAX_RUNS} runs; at most {MAX_RUNS}"):
         expand(BASE, f"1-{MAX_RUNS}", {"lr": [0.1, 0.2]})
+    many = {
+        k: [0.1 * (i + 1) for i in range(9)] for k in ("lr", "alpha", "gamma_th", "fedamp.sigma")
+    }
+    many["fedprox.mu"] = [0.1 * (i + 1) for i in range(9)]  # 9**5 points: refused, not listed
+    with pytest.raises(ValueError, match=f"{9**5} grid point"):
+        expand(ExperimentConfig(), "0-1", many)
 
 
 # ------------------------------------------------------------------------------ run config

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
@@ -188,12 +189,14 @@ def expand(
     """
     seeds = parse_seeds(seeds)
     lists = _checked_lists(config, grid, paired=zip)
-    points = _points(lists, paired=zip)
-    if len(points) * len(seeds) > MAX_RUNS:
+    lengths = [len(v) for v in lists.values()]
+    num_points = (max(lengths, default=1) if zip else math.prod(lengths)) or 1
+    if num_points * len(seeds) > MAX_RUNS:  # before the points are listed
         raise ValueError(
-            f"a sweep of {len(points)} grid point(s) x {len(seeds)} seed(s) = "
-            f"{len(points) * len(seeds)} runs; at most {MAX_RUNS}"
+            f"a sweep of {num_points} grid point(s) x {len(seeds)} seed(s) = "
+            f"{num_points * len(seeds)} runs; at most {MAX_RUNS}"
         )
+    points = _points(lists, paired=zip)
     for point in points:  # combinations (seeds are checked; they cannot make a point invalid)
         try:
             run_config(config, RunSpec(0, seeds[0], point))
