@@ -17,11 +17,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pfedwn_jax.cli import data, neighbors, run
+from pfedwn_jax.cli import data, neighbors, run, sweep
 from pfedwn_jax.devices import use_cpu_devices
 
 # the subcommand modules, in the order `pfedwn --help` lists them
-SUBCOMMANDS = (neighbors, data, run)
+SUBCOMMANDS = (neighbors, data, run, sweep)
 
 
 class OneLineParser(argparse.ArgumentParser):

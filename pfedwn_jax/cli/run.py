@@ -100,18 +100,24 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 # --------------------------------------------------------------------------- config flags
-def add_config_flags(parser: argparse.ArgumentParser) -> None:
+def add_config_flags(
+    parser: argparse.ArgumentParser, *, cases: bool = True, skip: Iterable[str] = ()
+) -> None:
     """One flag per `ExperimentConfig` field: `--field-name`, typed from its annotation.
 
     Help comes from the field's entry in the class docstring. Every default is None (unset),
-    so only the flags given override the defaults and `--config`.
+    so only the flags given override the defaults and `--config`. `cases`: say in the help
+    of `CASE_FIELDS` that a list gives several cases (`pfedwn run`); `skip`: fields without
+    a flag.
     """
     hints = typing.get_type_hints(ExperimentConfig)
     helps = field_docs(ExperimentConfig)
     for field in dataclasses.fields(ExperimentConfig):
+        if field.name in skip:
+            continue
         name, kind = field.name, flag_type(field.name, hints[field.name])
         notes = [helps.get(name, name.replace("_", " ")).rstrip(".")]
-        if name in CASE_FIELDS:
+        if cases and name in CASE_FIELDS:
             notes.append(CASE_FIELDS[name])
         if kind is None:
             notes.append(TABLE_HELP % TABLE_EXAMPLES.get(name, "key=value"))
@@ -174,8 +180,14 @@ def _boolean(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false; got {text!r}")
 
 
-def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
-    """`ExperimentConfig` from defaults, `--config` and the flags (flags win)."""
+def config_from_args(
+    args: argparse.Namespace, file_fields: Mapping[str, Any] | None = None
+) -> ExperimentConfig:
+    """`ExperimentConfig` from defaults, `--config` and the flags (flags win).
+
+    `file_fields`: the config file's fields, where the caller has read `--config` itself
+    (`pfedwn sweep` takes its `[sweep]` table out first); None: read `args.config`.
+    """
     overrides: dict[str, Any] = {}
     tables: dict[str, dict[str, Any]] = {}
     for name in ExperimentConfig.field_names():
@@ -192,9 +204,12 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
             overrides["target"] = int(target)
         except ValueError:
             raise ValueError(f"target must be an integer or 'random'; got {target!r}") from None
-    if args.config is None:
+    if args.config is None and file_fields is None:
         return ExperimentConfig(**overrides, **tables)
-    config = ExperimentConfig.from_toml(args.config, **overrides)
+    if file_fields is None:
+        config = ExperimentConfig.from_toml(args.config, **overrides)
+    else:
+        config = ExperimentConfig.from_dict({**file_fields, **overrides})
     if not tables:
         return config
     return config.replace(**{k: _merge(getattr(config, k), v) for k, v in tables.items()})

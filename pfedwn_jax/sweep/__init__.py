@@ -1,0 +1,1 @@
+"""Sweeps: many runs of one experiment (seeds x a grid of values) as one unit of work."""

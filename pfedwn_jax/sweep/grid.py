@@ -1,0 +1,294 @@
+"""The runs of a sweep: seeds, a grid of swept values, and the config of each run.
+
+A sweep is one base `ExperimentConfig`, a list of seeds and a grid: a mapping from swept keys
+to lists of values. A key is a config field (`"lr"`, `"eps"`, `"topology_seed"`, ...; see
+`GRID_FIELDS`) or `"<method>.<field>"`, a hyperparameter of one of the methods run
+(`"pfedwn.a"`, `"fedprox.mu"`). `expand` lists the runs (`RunSpec`s) and validates each run's
+config on the host, so a bad key or value fails before anything is compiled; `run_config`
+gives one run's config, a plain `ExperimentConfig`: `run(run_config(config, spec))` is that
+run on its own.
+
+Seeds. Each run sets `seed` (model initialisation and local batch order) to its own seed; the
+base config's `seed` is ignored. Of the two other seeds:
+
+- `data_seed` follows the run's seed when it is None (the default): every seed then draws its
+  own partition and train/test split. A `data_seed` set in the config, or swept in the grid,
+  is fixed: every seed of a grid point trains on the same data.
+- `topology_seed` never follows the run's seed (default 0): every run of a sweep places the
+  same network (same neighbors, same selection) unless `topology_seed` is in the grid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from pfedwn_jax._checks import check_seed
+from pfedwn_jax.algorithms import get_algorithm
+from pfedwn_jax.experiment.config import ExperimentConfig
+
+# The config fields a grid may sweep: the knobs of one experiment's training, data split and
+# wireless selection. Not sweepable: `seed` (the `seeds` argument), `algorithms` and `hparams`
+# (the methods run; their hyperparameters are swept as "<method>.<field>"), `rounds` (the runs
+# of a sweep share one round axis), and what defines the experiment itself rather than a
+# setting of it: `dataset`, `data_dir`, `model`, `mode`, `num_neighbors`, `channel`.
+GRID_FIELDS = (
+    "lr",
+    "momentum",
+    "local_epochs",
+    "local_steps",
+    "batch_size",
+    "partition",
+    "alpha",
+    "train_frac",
+    "data_seed",
+    "eps",
+    "gamma_th",
+    "moments",
+    "topology_seed",
+    "target",
+)
+
+# Most runs (and seeds) one sweep may describe: every run's config is validated on the host.
+MAX_RUNS = 100_000
+
+_RANGE = re.compile(r"^(\d+)\s*-\s*(\d+)$")
+_INT = re.compile(r"^[+-]?\d+$")
+
+
+class RunSpec(NamedTuple):
+    """One run of a sweep: its position in the sweep, its seed and its swept values.
+
+    `values` maps each grid key to this run's value, normalised as the config stores it
+    (`{"lr": 0.05, "pfedwn.a": 0.3}`); empty when nothing but the seed is swept.
+    """
+
+    index: int
+    seed: int
+    values: dict[str, Any]
+
+
+# ---------------------------------------------------------------------------------- seeds
+def parse_seeds(spec: str | int | Sequence[int]) -> tuple[int, ...]:
+    """The seeds of `spec`, in order: `"0-15"` (inclusive: 16 seeds), `"0,3,7"`, `"0-3,8"`,
+    `"5"`, an int (that one seed) or a sequence of ints.
+
+    Each seed is checked with `check_seed`; no seeds, a repeated seed, an empty range or more
+    than `MAX_RUNS` seeds is a ValueError.
+    """
+    if isinstance(spec, str):
+        seeds = [s for part in spec.split(",") for s in _seed_item(part.strip(), spec)]
+    elif isinstance(spec, Sequence | np.ndarray):
+        if len(spec) > MAX_RUNS:
+            raise ValueError(f"seeds: {len(spec)} seeds; at most {MAX_RUNS}")
+        seeds = [check_seed(f"seeds[{i}]", s) for i, s in enumerate(list(spec))]
+    else:
+        seeds = [check_seed("seeds", spec)]
+    if not seeds:
+        raise ValueError(f"seeds: no seed in {spec!r}; e.g. '0-15', '0,3,7' or '5'")
+    if len(seeds) > MAX_RUNS:
+        raise ValueError(f"seeds: {spec!r} gives {len(seeds)} seeds; at most {MAX_RUNS}")
+    seen: set[int] = set()
+    for s in seeds:
+        if s in seen:
+            raise ValueError(f"seeds: seed {s} appears twice in {spec!r}; each seed runs once")
+        seen.add(s)
+    return tuple(seeds)
+
+
+def _seed_item(item: str, spec: str) -> list[int]:
+    """The seeds of one comma-separated item of `spec`: `"5"` or an inclusive range `"0-15"`."""
+    match = _RANGE.match(item)
+    if match is None:
+        if not _INT.match(item):
+            raise ValueError(
+                f"seeds: {item!r} in {spec!r} is neither a seed nor a range low-high "
+                "(e.g. '0-15', '0,3,7' or '5')"
+            )
+        return [check_seed("seeds", int(item))]
+    low, high = (check_seed("seeds", int(g)) for g in match.groups())
+    if low > high:
+        raise ValueError(f"seeds: range {item!r} is empty ({low} > {high}); write low-high")
+    if high - low + 1 > MAX_RUNS:
+        raise ValueError(f"seeds: range {item!r} has {high - low + 1} seeds; at most {MAX_RUNS}")
+    return list(range(low, high + 1))
+
+
+# ------------------------------------------------------------------------------ grid keys
+def grid_keys(config: ExperimentConfig) -> tuple[str, ...]:
+    """The keys a grid over `config` may sweep: `GRID_FIELDS`, then `"<method>.<field>"` for
+    every hyperparameter of every method in `config.method_names` (in that order)."""
+    methods = tuple(
+        f"{m}.{f.name}"
+        for m in config.method_names
+        for f in dataclasses.fields(get_algorithm(m).hparams)
+    )
+    return GRID_FIELDS + methods
+
+
+def _check_key(config: ExperimentConfig, key: Any) -> None:
+    """ValueError naming `key` and the allowed keys unless `key` is one of `grid_keys`."""
+    allowed = grid_keys(config)
+    if isinstance(key, str) and key in allowed:
+        return
+    hint = ""
+    if key == "seed":
+        hint = " (seeds are their own argument: seeds=/--seeds, not a grid key)"
+    elif key in ("algorithms", "methods"):
+        hint = " (the methods are the config's `algorithms`; every run runs all of them)"
+    elif isinstance(key, str) and "." in key:
+        hint = f" (methods run: {list(config.method_names)})"
+    raise ValueError(f"grid: unknown key {key!r}{hint}; allowed: {list(allowed)}")
+
+
+# ------------------------------------------------------------------------------ run config
+def run_config(config: ExperimentConfig, spec: RunSpec) -> ExperimentConfig:
+    """The config of run `spec`: `seed=spec.seed`, swept fields replaced, `"<method>.<field>"`
+    merged into `config.hparams[method]` (other overrides kept). Validated as any config."""
+    fields: dict[str, Any] = {}
+    hparams = {m: dict(h) for m, h in config.hparams.items()}
+    for key, value in spec.values.items():
+        _check_key(config, key)
+        method, dot, name = key.partition(".")
+        if dot:
+            hparams.setdefault(method, {})[name] = value
+        else:
+            fields[key] = value
+    if hparams != config.hparams:
+        fields["hparams"] = hparams
+    return config.replace(seed=spec.seed, **fields)
+
+
+def _stored(config: ExperimentConfig, key: str) -> Any:
+    """The value of grid key `key` as `config` holds it (normalised by its validation)."""
+    method, dot, name = key.partition(".")
+    return getattr(config.hparams_for(method), name) if dot else getattr(config, key)
+
+
+# ---------------------------------------------------------------------------------- expand
+def expand(
+    config: ExperimentConfig,
+    seeds: str | int | Sequence[int],
+    grid: Mapping[str, Sequence[Any]] | None = None,
+    *,
+    zip: bool = False,  # the sweep API's name; the builtin is not needed here
+) -> tuple[RunSpec, ...]:
+    """The runs of a sweep, in order: the product of the grid's lists (first key outermost)
+    and `seeds` (`parse_seeds`), seeds innermost. `zip=True` pairs the lists position by
+    position instead (equal lengths). Every run's config is validated here (see module doc).
+
+    Raises ValueError for an unknown key (naming it and the allowed keys), a value that is not
+    a non-empty list, a value the config rejects (naming `grid[<key>]` and the value), a
+    combination the config rejects (naming the grid point) and a repeated grid point.
+    """
+    seeds = parse_seeds(seeds)
+    lists = _checked_lists(config, grid, paired=zip)
+    lengths = [len(v) for v in lists.values()]
+    num_points = (max(lengths, default=1) if zip else math.prod(lengths)) or 1
+    if num_points * len(seeds) > MAX_RUNS:  # before the points are listed
+        raise ValueError(
+            f"a sweep of {num_points} grid point(s) x {len(seeds)} seed(s) = "
+            f"{num_points * len(seeds)} runs; at most {MAX_RUNS}"
+        )
+    points = _points(lists, paired=zip)
+    for point in points:  # combinations (seeds are checked; they cannot make a point invalid)
+        try:
+            run_config(config, RunSpec(0, seeds[0], point))
+        except ValueError as e:
+            raise ValueError(f"grid point {point}: {e}") from None
+    runs = itertools.product(points, seeds)
+    return tuple(RunSpec(i, s, dict(p)) for i, (p, s) in enumerate(runs))
+
+
+def _checked_lists(
+    config: ExperimentConfig, grid: Mapping[str, Sequence[Any]] | None, *, paired: bool
+) -> dict[str, list[Any]]:
+    """`grid` with known keys and every value checked alone and normalised (`2` -> `2.0` for
+    a float field); a repeated value of one list is an error unless the lists are paired."""
+    if grid is None:
+        return {}
+    if not isinstance(grid, Mapping):
+        raise ValueError(
+            f"grid must map keys to lists of values, e.g. {{'lr': [0.01, 0.05]}}; got {grid!r}"
+        )
+    lists = {}
+    for key, values in grid.items():
+        _check_key(config, key)
+        if isinstance(values, np.ndarray) and values.ndim == 1:
+            values = values.tolist()
+        if isinstance(values, str | bytes) or not isinstance(values, Sequence):
+            raise ValueError(f"grid[{key}] must be a list of values; got {values!r}")
+        if not values:
+            raise ValueError(f"grid[{key}] must be a non-empty list of values; got {values!r}")
+        lists[key] = [_checked_value(config, key, v) for v in values]
+        repeated = _first_repeat(lists[key])
+        if repeated is not None and not paired:
+            raise ValueError(f"grid[{key}] repeats the value {repeated[0]!r}; got {values!r}")
+    return lists
+
+
+def _checked_value(config: ExperimentConfig, key: str, value: Any) -> Any:
+    """`value` as the config stores it at `key`; ValueError naming `grid[key]` and `value`."""
+    try:
+        return _stored(run_config(config, RunSpec(0, config.seed, {key: value})), key)
+    except ValueError as e:
+        raise ValueError(f"grid[{key}]: value {value!r} is not allowed: {e}") from None
+
+
+def _points(lists: dict[str, list[Any]], *, paired: bool) -> list[dict[str, Any]]:
+    """The grid points (`key -> value` dicts): the lists' product, or zipped when `paired`."""
+    keys = list(lists)
+    if not paired:
+        return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*lists.values())]
+    lengths = {k: len(v) for k, v in lists.items()}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"grid: zip=True pairs the lists, so they need one length; got {lengths}")
+    points = [dict(zip(keys, combo, strict=True)) for combo in zip(*lists.values(), strict=True)]
+    repeated = _first_repeat([tuple(p.items()) for p in points])
+    if repeated is not None:
+        raise ValueError(
+            f"grid: the point {dict(repeated[0])} appears twice (zip=True pairs the lists)"
+        )
+    return points or [{}]
+
+
+def _first_repeat(items: list[Any]) -> tuple[Any] | None:
+    """`(item,)` for the first item equal to an earlier one, else None (items hashable)."""
+    seen: set[Any] = set()
+    for item in items:
+        if item in seen:
+            return (item,)
+        seen.add(item)
+    return None
+
+
+# ------------------------------------------------------------------------------------ CLI
+def parse_grid_arg(text: str) -> tuple[str, list[Any]]:
+    """A command-line `KEY=V1,V2,...` as `(key, values)`: `"lr=0.01,0.05"` -> `("lr", [0.01,
+    0.05])`. Integers and floats become numbers, true/false booleans, anything else a string."""
+    key, sep, rest = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ValueError(f"--grid takes KEY=V1,V2,... (e.g. lr=0.01,0.05); got {text!r}")
+    items = [v.strip() for v in rest.split(",")]
+    if not all(items):
+        raise ValueError(f"--grid {key}: an empty value in {rest!r}; give V1,V2,...")
+    return key, [_scalar(v) for v in items]
+
+
+def _scalar(text: str) -> Any:
+    """`"3"` -> 3, `"0.5"`/`"1e-3"` -> float, `"true"`/`"false"` -> bool, else the text."""
+    if _INT.match(text):
+        return int(text)
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    try:
+        return float(text)  # "nan"/"inf" too: the config's checks reject them by name
+    except ValueError:
+        return text
