@@ -1,0 +1,1 @@
+"""Sweeps: many runs of one experiment in one compiled program (see docs/sweeps.md)."""
