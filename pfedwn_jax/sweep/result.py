@@ -236,7 +236,8 @@ class SweepResult:
     @property
     def methods(self) -> tuple[str, ...]:
         """Methods in order of first appearance."""
-        return tuple(dict.fromkeys(self.rows["method"].tolist()))
+        first, _ = _codes([self.rows["method"]], len(self))
+        return tuple(self.rows["method"][first].tolist()) if len(self) else ()
 
     @property
     def num_runs(self) -> int:
@@ -295,14 +296,15 @@ class SweepResult:
     def _groups(self, pairs: dict[str, np.ndarray]) -> list[tuple[dict[str, Any], np.ndarray]]:
         """[(swept values and "method" of a group, indices of its pairs)]: grid points in order
         of first appearance, methods within each likewise."""
-        method_rank = {m: i for i, m in enumerate(self.methods)}
+        methods = self.methods
+        method_rank = {m: i for i, m in enumerate(methods)}
         ranks = np.array([method_rank[m] for m in pairs["method"].tolist()], dtype=np.int64)
         groups = []
         for point, rank in sorted(set(zip(pairs["point"].tolist(), ranks.tolist(), strict=True))):
             members = np.flatnonzero((pairs["point"] == point) & (ranks == rank))
             row = pairs["first"][members[0]]
             head = {k: _scalar(self.rows[k][row]) for k in self.swept}
-            groups.append(({**head, "method": self.methods[rank]}, members))
+            groups.append(({**head, "method": methods[rank]}, members))
         return groups
 
     def summary(self, window: int = 5) -> list[dict[str, Any]]:
@@ -374,10 +376,9 @@ class SweepResult:
         stat = check_choice("stat", stat, STATS)
         axes = [np.unique(self.rows[k]).tolist() for k in self.swept]
         cells = np.full((len(axes[0]), len(axes[1])), np.nan)
-        for entry in self.summary(window):
-            if entry["method"] == method:
-                i, j = (axes[a].index(entry[k]) for a, k in enumerate(self.swept))
-                cells[i, j] = entry[f"{stat}_mean"]
+        for entry in self.select(method=method).summary(window):
+            i, j = (axes[a].index(entry[k]) for a, k in enumerate(self.swept))
+            cells[i, j] = entry[f"{stat}_mean"]
         return axes[0], axes[1], cells
 
     def summary_table(self, window: int = 5) -> str:
@@ -434,13 +435,14 @@ class SweepResult:
         column; NaN is stored as null and infinities as the strings "inf"/"-inf". With `path`
         the text is also written there atomically.
         """
+        nl = "\n"  # JSON text holds no raw newline inside a string: indenting lines is safe
         columns = ",\n".join(
             f"  {json.dumps(k)}: {json.dumps(_json_column(v), allow_nan=False)}"
             for k, v in self.rows.items()
         )
         text = (
             f'{{\n "schema": {json.dumps(SCHEMA)},\n "swept": {json.dumps(list(self.swept))},\n'
-            f' "meta": {json.dumps(self.meta, indent=1, allow_nan=False)},\n'
+            f' "meta": {json.dumps(self.meta, indent=1, allow_nan=False).replace(nl, nl + " ")},\n'
             f' "rows": {{\n{columns}\n }}\n}}\n'
         )
         if path is not None:
@@ -497,7 +499,8 @@ class SweepResult:
     def plot_curves(self, path: str | Path, metric: str = "target_accuracy") -> Path | None:
         """Learning curves: one panel per method, one line per grid point (the mean over its
         seeds) with a band of the 95% Student-t interval of that mean (no band for one
-        seed). Accuracies in %. None (nothing written) without matplotlib."""
+        seed; for accuracies, in %, cut to [0, 100]). None (nothing written) without
+        matplotlib."""
         curves = self.curves(metric)
         if not curves:
             raise ValueError("plot_curves: the sweep has no rows")
@@ -516,9 +519,9 @@ class SweepResult:
             color = _color(plt, points.index(tuple(c[k] for k in self.swept)), len(points))
             label = ", ".join(f"{k}={_shown(c[k])}" for k in self.swept) or c["method"]
             ax.plot(c["round"], scale * c["mean"], color=color, lw=1.4, label=label)
-            ax.fill_between(
-                c["round"], scale * c["ci_low"], scale * c["ci_high"], color=color, alpha=0.2, lw=0
-            )
+            band = np.stack([c["ci_low"], c["ci_high"]])
+            band = np.clip(band, 0.0, 1.0) if scale == 100.0 else band  # accuracy: in [0, 1]
+            ax.fill_between(c["round"], *(scale * band), color=color, alpha=0.2, lw=0)
         for i, ax in enumerate(axes.flat):
             ax.set_visible(i < len(methods))
             ax.set(title=methods[i] if i < len(methods) else "", xlabel="communication round")
