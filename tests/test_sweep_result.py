@@ -224,7 +224,8 @@ def test_missing_columns_and_unequal_lengths_are_named():
         ({"round": np.full(216, 1.5)}, "column 'round' must hold int/uint values; got float64"),
         ({"diverged": np.zeros(216)}, "column 'diverged' must hold bool values"),
         ({"lr": np.zeros((216, 1))}, "column 'lr' must be 1-D; got shape (216, 1)"),
-        ({"round": np.zeros(216, int)}, "rounds count from 1"),
+        ({"round": np.zeros(216, int)}, "column 'round' must be >= 1; got 0"),
+        ({"run": np.full(216, -1)}, "column 'run' must be >= 0; got -1"),
         ({"seed": np.arange(216)}, "column 'seed' must be constant within a run; run 0 varies"),
         ({"round": np.ones(216, int)}, "rows repeat (run, method, round) = (0, 'local', 1)"),
     ],
@@ -451,3 +452,25 @@ def test_heatmap_errors_name_the_problem(tmp_path):
     with pytest.raises(ValueError, match="stat must be one of"):
         result.plot_heatmap(tmp_path / "h.png", "local", stat="mean")
     assert not list(tmp_path.iterdir())
+
+
+def test_curve_plot_draws_the_means_and_their_intervals(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    figures = []
+    monkeypatch.setattr(
+        "pfedwn_jax.sweep.result.save_figure", lambda fig, path: figures.append(fig) or path
+    )
+    result = make_result(seeds=(0, 1))  # two seeds: t_{0.975, 1} = 12.7, bands beyond [0, 1]
+    result.plot_curves(tmp_path / "c.png")
+    (fig,) = figures
+    local = fig.axes[0]
+    assert local.get_title() == "local" and fig.axes[1].get_title() == "pfedwn"
+    curve = result.curves()[0]  # lr=0.01, pfedwn.a=0.3, local: the first line and band
+    np.testing.assert_allclose(local.lines[0].get_ydata(), 100 * curve["mean"])
+    assert local.lines[0].get_label() == "lr=0.01, pfedwn.a=0.3"
+    band_y = local.collections[0].get_paths()[0].vertices[:, 1]
+    expected = 100 * np.clip(np.concatenate([curve["ci_low"], curve["ci_high"]]), 0, 1)
+    assert band_y.min() == pytest.approx(expected.min()) and band_y.max() == pytest.approx(
+        expected.max()
+    )
+    assert band_y.min() >= 0 and band_y.max() <= 100 and (curve["ci_high"] > 1).any()

@@ -208,8 +208,9 @@ class SweepResult:
     def _check_consistent(self) -> None:
         """One row per (run, method, round); rounds >= 1; seed and swept values fixed per run."""
         r = self.rows
-        if r["round"].size and (r["round"].min() < 1 or r["run"].min() < 0):
-            raise ValueError("rounds count from 1 and runs from 0; found round < 1 or run < 0")
+        for name, low in (("run", 0), ("round", 1)):
+            if len(self) and r[name].min() < low:
+                raise ValueError(f"column {name!r} must be >= {low}; got {r[name].min()}")
         _, codes = _codes([r["run"], r["method"], r["round"]], len(self))
         if len(self) and np.bincount(codes).max() > 1:
             dup = np.flatnonzero(np.bincount(codes) > 1)[0]
@@ -452,7 +453,7 @@ class SweepResult:
     @classmethod
     def from_json(cls, source: str | Path) -> SweepResult:
         """The `SweepResult` of `to_json` text, or of a file holding it (a path)."""
-        if isinstance(source, Path) or not str(source).lstrip().startswith("{"):
+        if not isinstance(source, str) or not source.lstrip().startswith("{"):
             source = Path(source).read_text()
         data = json.loads(source)
         schema = data.get("schema") if isinstance(data, dict) else None
