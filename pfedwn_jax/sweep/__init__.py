@@ -1,1 +1,17 @@
-"""Sweeps: many runs of one experiment (seeds x a grid of values) as one unit of work."""
+"""Sweeps: many runs (seeds x grid) as few compiled programs, over the devices of a host or
+many. `sweep(config, seeds=..., grid=...) -> SweepResult`; see docs/sweeps.md."""
+
+from pfedwn_jax.sweep.api import run_configs, sweep
+from pfedwn_jax.sweep.grid import RunSpec, expand, grid_keys, parse_seeds, run_config
+from pfedwn_jax.sweep.result import SweepResult
+
+__all__ = [
+    "RunSpec",
+    "SweepResult",
+    "expand",
+    "grid_keys",
+    "parse_seeds",
+    "run_config",
+    "run_configs",
+    "sweep",
+]

@@ -1,0 +1,606 @@
+"""`SweepResult`: the tidy table a sweep returns, its statistics over seeds, files and plots.
+
+One row per run x method x round (columns in `COLUMNS`, plus one per swept key). Everything
+else is computed from the rows on the host with numpy: `summary()` (per grid point and method:
+mean, standard deviation and Student-t 95% interval over seeds of the final, last-`window`-round
+mean and maximum target accuracy), `curves()` (the same per round), CSV/JSON files and plots.
+The t quantile is computed here (`student_t_ppf`), so scipy stays a test-only dependency.
+See `docs/sweeps.md` ("Outputs").
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import functools
+import io
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pfedwn_jax._checks import check_choice, check_float, check_int
+from pfedwn_jax.experiment.results import to_jsonable
+from pfedwn_jax.io import atomic_write_json, atomic_write_text, check_writable_dir
+from pfedwn_jax.plotting import pyplot, save_figure
+
+SCHEMA = "pfedwn-sweep/1"
+SUMMARY_SCHEMA = "pfedwn-sweep-summary/1"
+METRICS = ("target_accuracy", "target_loss", "mean_client_accuracy")
+# column -> kind; swept columns sit between "seed" and "method"
+RUN_COLUMNS = {"run": "int", "seed": "int"}
+ROUND_COLUMNS = {"method": "str", "round": "int", **dict.fromkeys(METRICS, "float")}
+ROUND_COLUMNS["diverged"] = "bool"
+COLUMNS = (*RUN_COLUMNS, *ROUND_COLUMNS)
+# per-run statistics of target accuracy: last round, mean of the last `window` rounds, maximum
+STATS = ("final", "last", "max")
+LEVEL = 0.95  # confidence level of every interval
+_NUMPY_KINDS = {"int": "iu", "float": "fiu", "bool": "b", "str": "U"}
+_SWEPT_KINDS = "biufU"
+
+
+# --------------------------------------------------------------------------- statistics
+def _abs_t_cdf(theta: float, df: int) -> float:
+    """P(|T| <= sqrt(df) tan(theta)) for Student's t with integer `df` (Abramowitz & Stegun
+    26.7.3/26.7.4: a finite series in theta = arctan(t / sqrt(df)), exact up to rounding)."""
+    s, c = math.sin(theta), math.cos(theta)
+    k = np.arange(1, (df - 1) // 2 + (df % 2 == 0))  # series terms after the first
+    if df == 1:  # Cauchy
+        return 2 * theta / math.pi
+    if df % 2:  # odd: (2/pi) (theta + sin cos sum_k prod_j (2j)/(2j+1) cos^2k)
+        coef = np.cumprod(2 * k / (2 * k + 1))
+        return 2 / math.pi * (theta + s * c * (1 + float(np.sum(coef * c ** (2 * k)))))
+    coef = np.cumprod((2 * k - 1) / (2 * k))  # even: sin sum_k prod_j (2j-1)/(2j) cos^2k
+    return s * (1 + float(np.sum(coef * c ** (2 * k))))
+
+
+@functools.lru_cache(maxsize=1024)
+def student_t_ppf(p: float, df: int) -> float:
+    """The `p` quantile of Student's t distribution with integer `df >= 1` degrees of freedom.
+
+    Same as `scipy.stats.t.ppf(p, df)` (to ~1e-12 relative): bisection to machine precision on
+    theta in (0, pi/2) of the closed-form CDF (`_abs_t_cdf`), t = sqrt(df) tan(theta).
+    """
+    p = check_float("p", p, 0.0, 1.0, low_inclusive=False, high_inclusive=False)
+    df = check_int("df", df, 1)
+    if p < 0.5:
+        return -student_t_ppf(1.0 - p, df)
+    lo, hi = 0.0, math.pi / 2
+    while True:
+        mid = 0.5 * (lo + hi)
+        if mid in (lo, hi):  # interval of adjacent floats: as precise as a float can be
+            return math.sqrt(df) * math.tan(mid)
+        if _abs_t_cdf(mid, df) < 2 * p - 1:
+            lo = mid
+        else:
+            hi = mid
+
+
+def _t_interval(mean: np.ndarray, std: np.ndarray, n: np.ndarray, level: float = LEVEL):
+    """(low, high) = mean -+ t_{(1+level)/2, n-1} std / sqrt(n), elementwise; NaN where n < 2."""
+    mean, std, n = np.broadcast_arrays(*map(np.asarray, (mean, std, n)))
+    t = np.array([student_t_ppf(0.5 + level / 2, int(k) - 1) if k > 1 else np.nan for k in n.flat])
+    half = t.reshape(n.shape) * std / np.sqrt(np.maximum(n, 1))
+    return mean - half, mean + half
+
+
+def mean_std_ci(values: Any, level: float = LEVEL) -> tuple[float, float, float, float]:
+    """(mean, std, ci_low, ci_high) of `values [n]` over seeds.
+
+    std has ddof=1 (0 for n = 1); the interval is Student-t, mean -+ t_{(1+level)/2, n-1}
+    std / sqrt(n), with NaN bounds for n = 1. NaN in `values` gives NaN (never dropped).
+    """
+    x = np.asarray(values, dtype=float).ravel()
+    if x.size == 0:
+        raise ValueError("mean_std_ci needs at least one value; got none")
+    level = check_float("level", level, 0.0, 1.0, low_inclusive=False, high_inclusive=False)
+    std = float(np.std(x, ddof=1)) if x.size > 1 else 0.0
+    lo, hi = _t_interval(np.mean(x), std, x.size, level)
+    return float(np.mean(x)), std, float(lo), float(hi)
+
+
+# --------------------------------------------------------------------------- column checks
+def _column(name: str, values: Any, kinds: str) -> np.ndarray:
+    """`values` as a read-only 1-D copy whose dtype kind is in `kinds` (str objects -> `U`)."""
+    arr = np.array(values)
+    if arr.dtype == object and all(isinstance(v, str) for v in arr.ravel()):
+        arr = arr.astype(str) if arr.size else np.array([], dtype="<U1")
+    if arr.ndim != 1:
+        raise ValueError(f"column {name!r} must be 1-D; got shape {arr.shape}")
+    if arr.dtype.kind not in kinds:
+        allowed = {"i": "int", "u": "uint", "f": "float", "b": "bool", "U": "str"}
+        names = sorted({allowed[k] for k in kinds})
+        raise ValueError(f"column {name!r} must hold {'/'.join(names)} values; got {arr.dtype}")
+    if kinds == "fiu" and arr.dtype.kind != "f":
+        arr = arr.astype(np.float64)
+    arr.setflags(write=False)
+    return arr
+
+
+def _codes(columns: Sequence[np.ndarray], length: int) -> tuple[np.ndarray, np.ndarray]:
+    """(first row of each distinct key, code of each row): keys are the rows' tuples of
+    `columns`, numbered in order of first appearance."""
+    if not columns:
+        return np.zeros(min(length, 1), dtype=np.int64), np.zeros(length, dtype=np.int64)
+    per_column = [np.unique(c, return_inverse=True)[1].reshape(-1) for c in columns]
+    _, first, inverse = np.unique(
+        np.stack(per_column, axis=1), axis=0, return_index=True, return_inverse=True
+    )
+    order = np.argsort(first)
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    return first[order], rank[inverse.reshape(-1)]
+
+
+def _scalar(value: Any) -> Any:
+    """A numpy scalar as the Python scalar JSON and f-strings expect."""
+    return value.item() if hasattr(value, "item") else value
+
+
+def _shown(value: Any) -> str:
+    """A swept value for tables, labels and tick marks (floats in `%g`)."""
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+# --------------------------------------------------------------------------- the result
+@dataclasses.dataclass(frozen=True, eq=False)
+class SweepResult:
+    """The tidy table of a sweep: one row per run x method x round.
+
+    Attributes:
+      rows: column name -> `[L]` array, columns in this order: "run" int (0..R-1), "seed" int,
+        one column per swept key (float, int, bool or str), "method" str, "round" int (from
+        1), "target_accuracy", "target_loss", "mean_client_accuracy" float, "diverged" bool
+        (the run's method diverged at or before this round), then any extra columns. Stored
+        as read-only copies.
+      swept: the grid keys, e.g. `("lr", "pfedwn.a")`, each also a column.
+      meta: JSON-friendly description (base config, seeds, grid, zip, timings, environment);
+        normalised by `to_jsonable` (tuples become lists, NaN becomes None).
+
+    Raises `ValueError` (naming the columns) for missing columns, unequal lengths, wrong
+    dtypes, a repeated (run, method, round) or a seed or swept value that changes within a run.
+    """
+
+    rows: dict[str, np.ndarray]
+    swept: tuple[str, ...]
+    meta: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        swept = self._checked_swept()
+        if not isinstance(self.rows, Mapping):
+            raise ValueError(f"rows must be a dict of columns; got {type(self.rows).__name__}")
+        kinds = {**RUN_COLUMNS, **dict.fromkeys(swept, "swept"), **ROUND_COLUMNS}
+        missing = [name for name in kinds if name not in self.rows]
+        if missing:
+            raise ValueError(f"rows is missing column(s) {missing}; required: {list(kinds)}")
+        names = [*kinds, *(k for k in self.rows if k not in kinds)]
+        kinds.update({k: "swept" for k in names if k not in kinds})  # extras: any plain dtype
+        rows = {
+            k: _column(k, self.rows[k], _NUMPY_KINDS.get(kinds[k], _SWEPT_KINDS)) for k in names
+        }
+        lengths = {k: len(v) for k, v in rows.items()}
+        if len(set(lengths.values())) > 1:
+            raise ValueError(f"columns must have equal lengths; got {lengths}")
+        if not isinstance(self.meta, Mapping):
+            raise ValueError(f"meta must be a dict; got {type(self.meta).__name__}")
+        try:
+            meta = to_jsonable(dict(self.meta))
+        except TypeError as e:
+            raise ValueError(f"meta must be JSON-friendly: {e}") from None
+        object.__setattr__(self, "rows", rows)
+        object.__setattr__(self, "swept", swept)
+        object.__setattr__(self, "meta", meta)
+        self._check_consistent()
+
+    def _checked_swept(self) -> tuple[str, ...]:
+        """`swept` as a tuple of distinct strings that are not fixed column names."""
+        swept = (self.swept,) if isinstance(self.swept, str) else tuple(self.swept)
+        bad = [k for k in swept if not isinstance(k, str) or k in COLUMNS]
+        if bad or len(set(swept)) != len(swept):
+            raise ValueError(
+                f"swept must be distinct key names other than {list(COLUMNS)}; got {list(swept)}"
+            )
+        return swept
+
+    def _check_consistent(self) -> None:
+        """One row per (run, method, round); rounds >= 1; seed and swept values fixed per run."""
+        r = self.rows
+        for name, low in (("run", 0), ("round", 1)):
+            if len(self) and r[name].min() < low:
+                raise ValueError(f"column {name!r} must be >= {low}; got {r[name].min()}")
+        _, codes = _codes([r["run"], r["method"], r["round"]], len(self))
+        if len(self) and np.bincount(codes).max() > 1:
+            dup = np.flatnonzero(np.bincount(codes) > 1)[0]
+            i = int(np.flatnonzero(codes == dup)[0])
+            key = tuple(_scalar(r[k][i]) for k in ("run", "method", "round"))
+            raise ValueError(f"rows repeat (run, method, round) = {key}")
+        first, run_code = _codes([r["run"]], len(self))
+        for name in ("seed", *self.swept):
+            changed = r[name] != r[name][first][run_code]
+            if r[name].dtype.kind == "f":
+                changed &= ~(np.isnan(r[name]) & np.isnan(r[name][first][run_code]))
+            if changed.any():
+                run = _scalar(r["run"][np.flatnonzero(changed)[0]])
+                raise ValueError(f"column {name!r} must be constant within a run; run {run} varies")
+
+    # ------------------------------------------------------------------ accessors
+    def __len__(self) -> int:
+        return len(self.rows["run"])
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return tuple(self.rows)
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        """Methods in order of first appearance."""
+        first, _ = _codes([self.rows["method"]], len(self))
+        return tuple(self.rows["method"][first].tolist()) if len(self) else ()
+
+    @property
+    def num_runs(self) -> int:
+        return len(np.unique(self.rows["run"]))
+
+    def select(self, conditions: Mapping[str, Any] | None = None, /, **kw: Any) -> SweepResult:
+        """The rows where every column equals its value (or one of a list of values).
+
+        `select(method="pfedwn", lr=0.05)`, `select({"pfedwn.a": [0.3, 0.5]})` (keys that are
+        not Python names go in the dict). A value absent from its column is a `ValueError`
+        listing the values present; `meta["selected"]` records the conditions.
+        """
+        conditions = {**(conditions or {}), **kw}
+        keep = np.ones(len(self), dtype=bool)
+        for key, value in conditions.items():
+            col = self.rows[check_choice("select: column", key, self.columns)]
+            wanted = np.atleast_1d(np.asarray(list(value) if isinstance(value, set) else value))
+            if col.dtype.kind == "f" and wanted.dtype.kind in "fiu":
+                wanted = wanted.astype(col.dtype)  # 0.05 matches a float32 column's 0.05
+            absent = [v for v in wanted.tolist() if not np.isin(v, col)]
+            if absent:
+                present = [_scalar(v) for v in np.unique(col)[:20]]
+                raise ValueError(f"select: no rows with {key}={absent[0]!r}; present: {present}")
+            keep &= np.isin(col, wanted)
+        meta = {**self.meta, "selected": {**self.meta.get("selected", {}), **conditions}}
+        return SweepResult({k: v[keep] for k, v in self.rows.items()}, self.swept, meta)
+
+    # ------------------------------------------------------------------ statistics
+    def _pairs(self) -> dict[str, np.ndarray]:
+        """The (run, method) pairs `[P]`: "first" row, grid "point" code, "method", and the
+        rows of pair p in round order, `rows[starts[p]:starts[p + 1]]`."""
+        r = self.rows
+        first, pair = _codes([r["run"], r["method"]], len(self))
+        _, point = _codes([r[k] for k in self.swept], len(self))
+        order = np.lexsort((r["round"], pair))
+        starts = np.searchsorted(pair[order], np.arange(first.size + 1))
+        return {"first": first, "point": point[first], "method": r["method"][first]} | {
+            "rows": order,
+            "starts": starts,
+        }
+
+    def _per_run(self, window: int) -> dict[str, np.ndarray]:
+        """`_pairs()` plus, per pair, the `STATS` of its target accuracy over its rounds (NaN
+        propagates) and whether it diverged."""
+        pairs = self._pairs()
+        acc, diverged = self.rows["target_accuracy"], self.rows["diverged"]
+        size = pairs["first"].size
+        out = {**pairs, **{s: np.empty(size) for s in STATS}, "diverged": np.empty(size, bool)}
+        for p in range(size):
+            idx = pairs["rows"][pairs["starts"][p] : pairs["starts"][p + 1]]
+            x = acc[idx].astype(float)
+            out["final"][p], out["last"][p], out["max"][p] = x[-1], x[-window:].mean(), x.max()
+            out["diverged"][p] = diverged[idx].any()
+        return out
+
+    def _groups(self, pairs: dict[str, np.ndarray]) -> list[tuple[dict[str, Any], np.ndarray]]:
+        """[(swept values and "method" of a group, indices of its pairs)]: grid points in order
+        of first appearance, methods within each likewise."""
+        methods = self.methods
+        method_rank = {m: i for i, m in enumerate(methods)}
+        ranks = np.array([method_rank[m] for m in pairs["method"].tolist()], dtype=np.int64)
+        groups = []
+        for point, rank in sorted(set(zip(pairs["point"].tolist(), ranks.tolist(), strict=True))):
+            members = np.flatnonzero((pairs["point"] == point) & (ranks == rank))
+            row = pairs["first"][members[0]]
+            head = {k: _scalar(self.rows[k][row]) for k in self.swept}
+            groups.append(({**head, "method": methods[rank]}, members))
+        return groups
+
+    def summary(self, window: int = 5) -> list[dict[str, Any]]:
+        """Per grid point and method: statistics over its runs (seeds) of target accuracy.
+
+        Each dict: the swept values, "method", "n" (runs), "n_diverged" (runs that diverged),
+        and for each per-run statistic S in `STATS` ("final": last round; "last": mean of the
+        last `window` rounds, or of all if fewer; "max": maximum over rounds) "S_mean", "S_std"
+        (ddof=1; 0 for n = 1), "S_ci_low", "S_ci_high" (95% Student-t interval of the mean;
+        NaN for n = 1). A run stopped early by divergence contributes its own last rounds.
+        """
+        window = check_int("window", window, 1)
+        per_run = self._per_run(window)
+        out = []
+        for head, members in self._groups(per_run):
+            entry = {**head, "n": int(members.size)}
+            entry["n_diverged"] = int(per_run["diverged"][members].sum())
+            for s in STATS:
+                keys = [f"{s}_{k}" for k in ("mean", "std", "ci_low", "ci_high")]
+                entry.update(zip(keys, mean_std_ci(per_run[s][members]), strict=True))
+            out.append(entry)
+        return out
+
+    def curves(self, metric: str = "target_accuracy") -> list[dict[str, Any]]:
+        """Per grid point and method, per round: the mean over runs with its band.
+
+        Each dict: the swept values, "method", and `[T]` arrays over the rounds any of its
+        runs reached: "round", "n" (runs with a finite value there: a run stopped by
+        divergence, or a non-finite value, drops out), "mean", "std" (ddof=1; 0 for n = 1),
+        "ci_low", "ci_high" (95% Student-t interval of the mean; NaN for n < 2).
+        """
+        floats = [k for k, v in self.rows.items() if v.dtype.kind == "f" and k not in self.swept]
+        metric = check_choice("metric", metric, floats)
+        pairs, r = self._pairs(), self.rows
+        out = []
+        for head, members in self._groups(pairs):
+            idx = [pairs["rows"][pairs["starts"][p] : pairs["starts"][p + 1]] for p in members]
+            rounds = np.unique(r["round"][np.concatenate(idx)])
+            x = np.full((members.size, rounds.size), np.nan)
+            for i, rows in enumerate(idx):
+                x[i, np.searchsorted(rounds, r["round"][rows])] = r[metric][rows]
+            x[~np.isfinite(x)] = np.nan
+            n = np.sum(~np.isnan(x), axis=0)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                mean = np.nansum(x, axis=0) / np.where(n > 0, n, np.nan)
+                var = np.nansum((x - mean) ** 2, axis=0) / np.where(n > 1, n - 1, np.nan)
+            std = np.where(n == 1, 0.0, np.sqrt(var))
+            low, high = _t_interval(mean, std, n)
+            out.append(
+                head
+                | {"round": rounds, "n": n, "mean": mean, "std": std}
+                | {
+                    "ci_low": low,
+                    "ci_high": high,
+                }
+            )
+        return out
+
+    def heatmap_values(
+        self, method: str, stat: str = "final", window: int = 5
+    ) -> tuple[list[Any], list[Any], np.ndarray]:
+        """(values of swept[0], values of swept[1], mean `stat` `[len0, len1]`) of `method`:
+        the heatmap's cells, sorted values, NaN where a combination was not run."""
+        if len(self.swept) != 2:
+            raise ValueError(
+                f"a heatmap needs a 2-D grid (two swept keys); this sweep sweeps {list(self.swept)}"
+            )
+        method = check_choice("method", method, self.methods)
+        stat = check_choice("stat", stat, STATS)
+        axes = [np.unique(self.rows[k]).tolist() for k in self.swept]
+        cells = np.full((len(axes[0]), len(axes[1])), np.nan)
+        for entry in self.select(method=method).summary(window):
+            i, j = (axes[a].index(entry[k]) for a, k in enumerate(self.swept))
+            cells[i, j] = entry[f"{stat}_mean"]
+        return axes[0], axes[1], cells
+
+    def summary_table(self, window: int = 5) -> str:
+        """`summary(window)` as aligned text: mean +- 95% CI half-width of target accuracy (%)."""
+        summary = self.summary(window)
+        head = [*self.swept, "method", "n", "div", "final", f"last{window}", "max"]
+        body = [
+            [
+                *(_shown(e[k]) for k in self.swept),
+                e["method"],
+                str(e["n"]),
+                str(e["n_diverged"]),
+                *(_pm(e[f"{s}_mean"], e[f"{s}_ci_high"]) for s in STATS),
+            ]
+            for e in summary
+        ]
+        widths = [max(len(row[c]) for row in [head, *body]) for c in range(len(head))]
+        left = len(self.swept) + 1  # swept values and method: left-aligned
+        lines = [
+            f"Target accuracy (%) over seeds: mean +- 95% CI half-width (Student t; n = 1: "
+            f"mean only); last{window} = mean of the last {window} rounds; div = runs diverged",
+            *(
+                "  ".join(
+                    cell.ljust(w) if c < left else cell.rjust(w)
+                    for c, (cell, w) in enumerate(zip(row, widths, strict=True))
+                ).rstrip()
+                for row in [head, *body]
+            ),
+        ]
+        lines.insert(2, "-" * max(map(len, lines[1:])))
+        return "\n".join(lines)
+
+    # ------------------------------------------------------------------ files
+    def to_csv(self, path: str | Path | None = None) -> str:
+        """The table as CSV: a header of the column names, then one line per row.
+
+        Floats in the shortest form that reads back to the same value of their dtype, NaN as
+        an empty field, infinities as `inf`/`-inf`, booleans as `True`/`False`. With `path`
+        the text is also written there atomically.
+        """
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(self.columns)
+        writer.writerows(zip(*(_csv_cells(v) for v in self.rows.values()), strict=True))
+        text = buf.getvalue()
+        if path is not None:
+            atomic_write_text(path, text)
+        return text
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        """The result as JSON (schema `SCHEMA`): `from_json` restores it exactly, dtypes too.
+
+        `{"schema", "swept", "meta", "rows": {column: {"dtype", "values"}}}`, one line per
+        column; NaN is stored as null and infinities as the strings "inf"/"-inf". With `path`
+        the text is also written there atomically.
+        """
+        nl = "\n"  # JSON text holds no raw newline inside a string: indenting lines is safe
+        columns = ",\n".join(
+            f"  {json.dumps(k)}: {json.dumps(_json_column(v), allow_nan=False)}"
+            for k, v in self.rows.items()
+        )
+        text = (
+            f'{{\n "schema": {json.dumps(SCHEMA)},\n "swept": {json.dumps(list(self.swept))},\n'
+            f' "meta": {json.dumps(self.meta, indent=1, allow_nan=False).replace(nl, nl + " ")},\n'
+            f' "rows": {{\n{columns}\n }}\n}}\n'
+        )
+        if path is not None:
+            atomic_write_text(path, text)
+        return text
+
+    @classmethod
+    def from_json(cls, source: str | Path) -> SweepResult:
+        """The `SweepResult` of `to_json` text, or of a file holding it (a path)."""
+        if not isinstance(source, str) or not source.lstrip().startswith("{"):
+            source = Path(source).read_text()
+        data = json.loads(source)
+        schema = data.get("schema") if isinstance(data, dict) else None
+        if schema != SCHEMA:
+            raise ValueError(f"sweep JSON schema must be {SCHEMA!r}; got {schema!r}")
+        try:
+            rows = {k: _from_json_column(v) for k, v in data["rows"].items()}
+            swept, meta = tuple(data["swept"]), data.get("meta", {})
+        except (KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"sweep JSON is malformed: {type(e).__name__}: {e}") from None
+        return cls(rows, swept, meta)
+
+    def to_pandas(self) -> Any:
+        """The table as a `pandas.DataFrame` (a copy; pandas is optional, not installed by us)."""
+        try:
+            import pandas as pd  # optional: only this method needs it
+        except ImportError:
+            raise ImportError(
+                "SweepResult.to_pandas() needs pandas, which pfedwn-jax does not install "
+                "(pip install pandas); without it use .rows (numpy columns) or .to_csv()"
+            ) from None
+        return pd.DataFrame({k: np.array(v) for k, v in self.rows.items()}, columns=self.columns)
+
+    def save(self, out_dir: str | Path, window: int = 5) -> dict[str, Path]:
+        """Write `rows.csv`, `sweep.json`, `summary.json` and, with matplotlib, `curves.png`
+        and (2-D grid) `heatmap_METHOD.png` per method into `out_dir`; returns name -> path."""
+        out = check_writable_dir(out_dir)
+        summary = {"schema": SUMMARY_SCHEMA, "window": window, "level": LEVEL}
+        summary |= {"swept": list(self.swept), "groups": self.summary(window)}
+        paths = {"rows": out / "rows.csv", "sweep": out / "sweep.json"}
+        self.to_csv(paths["rows"])
+        self.to_json(paths["sweep"])
+        paths["summary"] = atomic_write_json(out / "summary.json", to_jsonable(summary))
+        if pyplot() is None or len(self) == 0:
+            return paths
+        paths["curves"] = self.plot_curves(out / "curves.png")
+        if len(self.swept) == 2:
+            for m in self.methods:
+                heatmap = out / f"heatmap_{m}.png"
+                paths[f"heatmap_{m}"] = self.plot_heatmap(heatmap, m, window=window)
+        return paths
+
+    # ------------------------------------------------------------------ plots
+    def plot_curves(self, path: str | Path, metric: str = "target_accuracy") -> Path | None:
+        """Learning curves: one panel per method, one line per grid point (the mean over its
+        seeds) with a band of the 95% Student-t interval of that mean (no band for one
+        seed; for accuracies, in %, cut to [0, 100]). None (nothing written) without
+        matplotlib."""
+        curves = self.curves(metric)
+        if not curves:
+            raise ValueError("plot_curves: the sweep has no rows")
+        plt = pyplot()
+        if plt is None:
+            return None
+        methods, scale = self.methods, 100.0 if metric.endswith("accuracy") else 1.0
+        points = list(dict.fromkeys(tuple(c[k] for k in self.swept) for c in curves))
+        ncols = min(3, len(methods))
+        nrows = -(-len(methods) // ncols)
+        fig, axes = plt.subplots(
+            nrows, ncols, figsize=(4.2 * ncols, 3.2 * nrows), dpi=120, squeeze=False, sharey=True
+        )
+        for c in curves:
+            ax = axes.flat[methods.index(c["method"])]
+            color = _color(plt, points.index(tuple(c[k] for k in self.swept)), len(points))
+            label = ", ".join(f"{k}={_shown(c[k])}" for k in self.swept) or c["method"]
+            ax.plot(c["round"], scale * c["mean"], color=color, lw=1.4, label=label)
+            band = np.stack([c["ci_low"], c["ci_high"]])
+            band = np.clip(band, 0.0, 1.0) if scale == 100.0 else band  # accuracy: in [0, 1]
+            ax.fill_between(c["round"], *(scale * band), color=color, alpha=0.2, lw=0)
+        for i, ax in enumerate(axes.flat):
+            ax.set_visible(i < len(methods))
+            ax.set(title=methods[i] if i < len(methods) else "", xlabel="communication round")
+            ax.xaxis.get_major_locator().set_params(integer=True)
+            ax.grid(alpha=0.3)
+        for ax in axes[:, 0]:
+            ax.set_ylabel(f"{metric} (%)" if scale == 100.0 else metric)
+        if self.swept:
+            axes.flat[0].legend(fontsize=7)
+        fig.suptitle("mean over seeds; band: 95% confidence interval (Student t)", fontsize=9)
+        fig.tight_layout()
+        return save_figure(fig, path)
+
+    def plot_heatmap(
+        self, path: str | Path, method: str, stat: str = "final", window: int = 5
+    ) -> Path | None:
+        """A 2-D grid's mean `stat` target accuracy (%) over seeds of `method`, as a heatmap
+        with the values written in the cells (blank: not run). `ValueError` unless exactly two
+        keys are swept; None (nothing written) without matplotlib."""
+        rows, cols, cells = self.heatmap_values(method, stat, window)
+        plt = pyplot()
+        if plt is None:
+            return None
+        fig, ax = plt.subplots(figsize=(2.5 + 0.9 * len(cols), 2.0 + 0.55 * len(rows)), dpi=120)
+        im = ax.imshow(100 * cells, cmap="viridis", aspect="auto")
+        ax.set_xticks(range(len(cols)), [_shown(v) for v in cols])
+        ax.set_yticks(range(len(rows)), [_shown(v) for v in rows])
+        ax.set(xlabel=self.swept[1], ylabel=self.swept[0])
+        middle = (im.norm.vmin + im.norm.vmax) / 2 if np.isfinite(cells).any() else 0.0
+        for (i, j), v in np.ndenumerate(100 * cells):
+            if np.isfinite(v):
+                color = "white" if v < middle else "black"
+                ax.text(j, i, f"{v:.1f}", ha="center", va="center", color=color, fontsize=8)
+        fig.colorbar(im, ax=ax, label="target accuracy (%)")
+        what = {"final": "final", "last": f"last-{window}-round mean", "max": "maximum"}[stat]
+        ax.set_title(f"{method}: {what} target accuracy, mean over seeds", fontsize=9)
+        fig.tight_layout()
+        return save_figure(fig, path)
+
+
+# --------------------------------------------------------------------------- helpers
+def _pm(mean: float, high: float) -> str:
+    """`mean +- half-width` in %, or the mean alone where the interval is NaN (n = 1)."""
+    if math.isnan(high):
+        return f"{100 * mean:.1f}"
+    return f"{100 * mean:.1f} +- {100 * (high - mean):.1f}"
+
+
+def _csv_cells(column: np.ndarray) -> list[Any]:
+    """The CSV fields of a column: `str` of numpy floats is the shortest exact form of their
+    dtype; NaN becomes an empty field."""
+    if column.dtype.kind == "f":
+        return ["" if x != x else str(x) for x in column]
+    return column.tolist()
+
+
+def _json_column(column: np.ndarray) -> dict[str, Any]:
+    """`{"dtype", "values"}`; non-finite floats as null ("nan") or "inf"/"-inf"."""
+    values = column.tolist()
+    if column.dtype.kind == "f":
+        values = [
+            v if math.isfinite(v) else None if math.isnan(v) else "inf" if v > 0 else "-inf"
+            for v in values
+        ]
+    return {"dtype": column.dtype.str, "values": values}
+
+
+def _from_json_column(entry: dict[str, Any]) -> np.ndarray:
+    """The column `_json_column` stored."""
+    dtype = np.dtype(entry["dtype"])
+    values = entry["values"]
+    if dtype.kind == "f":
+        values = [math.nan if v is None else float(v) for v in values]
+    return np.array(values, dtype=dtype)
+
+
+def _color(plt: Any, i: int, n: int) -> Any:
+    """The colour of line `i` of `n`: tab10 for up to 10, else evenly along viridis."""
+    if n <= 10:
+        return plt.get_cmap("tab10")(i)
+    return plt.get_cmap("viridis")(i / (n - 1))
