@@ -8,6 +8,16 @@ calls `initialize` first (`jax.distributed.initialize`), then builds the same gl
 XLA does the communication; there is no scheduler of our own. Results come back to every host
 with `gather_to_host`, and only the writer (`is_writer`, process 0) writes files.
 
+On several hosts (or several processes on one host, as `tests/test_distributed.py` does):
+
+1. start the same script in every process with `JAX_COORDINATOR_ADDRESS=host0:PORT`,
+   `JAX_NUM_PROCESSES=N`, `JAX_PROCESS_ID=i` (or pass them to `initialize`; SLURM, Open MPI
+   and Cloud TPU are detected without them);
+2. `initialize()` first, before any JAX computation;
+3. `mesh = make_mesh(runs, slots)` over all processes' devices, `shard_runs(state, mesh)`,
+   the jitted program, `state_store.save` / `restore` to a directory every host can reach;
+4. `gather_to_host(results)` in every process; write files only where `is_writer()`.
+
 Every function that touches arrays of several processes (`shard_runs`, `gather_to_host`) is a
 collective: every process must call it, in the same order, with the same shapes.
 """

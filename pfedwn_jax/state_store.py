@@ -117,6 +117,11 @@ def _by_path(tree: Any) -> dict[str, Any]:
     }
 
 
+def _tree(metadata: Any) -> Any:
+    """The tree of orbax's item metadata (a `TreeMetadata` in recent orbax, a tree before)."""
+    return getattr(metadata, "tree", metadata)
+
+
 def _check_against(saved: Any, template: Any, where: Path) -> None:
     """`ValueError` unless the saved tree metadata has the template's leaves (by path), shapes
     and dtypes."""
@@ -140,7 +145,8 @@ def restore(directory: str | Path, template: Any, step: int | None = None) -> tu
 
     `template`: a pytree like the saved one, of arrays or `jax.ShapeDtypeStruct`s; JAX leaves
     come back as `jax.Array`s on their `.sharding`, numpy leaves as numpy arrays. `None`:
-    only `meta` (tree None). `ValueError` when there is no such step or it does not match.
+    read only `meta` (tree None), e.g. to learn what a resume needs before building the
+    template. `ValueError` when there is no such step or it does not match the template.
     """
     directory = _check_directory(directory)
     step = latest(directory) if step is None else check_int("step", step, 0)
@@ -149,14 +155,14 @@ def restore(directory: str | Path, template: Any, step: int | None = None) -> tu
     with _manager(directory, create=False) as manager:
         if step not in manager.all_steps():
             raise ValueError(f"no step {step} in {directory}; saved: {manager.all_steps()}")
-        has_state = (directory / str(step) / STATE).is_dir()
-        if has_state != (template is not None):
-            what = "holds a state" if has_state else "holds no state"
-            raise ValueError(f"checkpoint {directory}/{step} {what}; template is {template!r}")
+        if template is not None and not (directory / str(step) / STATE).is_dir():
+            raise ValueError(f"checkpoint {directory / str(step)} holds no state, only meta")
         items = {META: ocp.args.JsonRestore()}
         if template is not None:
             abstract = jax.tree.map(_abstract, template)
-            _check_against(manager.item_metadata(step)[STATE].tree, abstract, directory / str(step))
+            _check_against(
+                _tree(manager.item_metadata(step)[STATE]), abstract, directory / str(step)
+            )
             items[STATE] = ocp.args.StandardRestore(abstract)
         out = manager.restore(step, args=ocp.args.Composite(**items))
     return (out[STATE] if template is not None else None), out[META]

@@ -188,8 +188,9 @@ def test_save_rules_and_meta_only(tmp_path):
         state_store.restore(tmp_path, tree, step=3)
     state_store.save(tmp_path, 6, None, {"done": True})  # progress only (between methods)
     assert state_store.restore(tmp_path, None) == (None, {"done": True})
-    with pytest.raises(ValueError, match="holds no state"):
+    with pytest.raises(ValueError, match="holds no state, only meta"):
         state_store.restore(tmp_path, tree)
+    assert state_store.restore(tmp_path, None, step=5) == (None, {"a": 2})  # meta of a state
     with pytest.raises(ValueError, match="no checkpoint in"):
         state_store.restore(tmp_path / "empty", tree)
 
