@@ -116,6 +116,12 @@ def main(port: int, process_id: int, num_processes: int, ckpt: str, out_file: st
     from pfedwn_jax import distributed, state_store
 
     distributed.initialize(f"localhost:{port}", num_processes, process_id)
+    distributed.initialize(f"localhost:{port}", num_processes, process_id)  # idempotent
+    try:
+        distributed.initialize(f"localhost:{port + 1}", num_processes, process_id)
+        raise AssertionError("re-initialize with another coordinator did not raise")
+    except ValueError as e:
+        assert "already initialized" in str(e), e
     mesh = distributed.make_mesh(*MESH)
     assert distributed.local_runs(mesh, RUNS) == slice(4 * process_id, 4 * process_id + 4)
     state, hyper = make_inputs()
