@@ -197,7 +197,8 @@ def test_save_rules_and_meta_only(tmp_path):
 
 def test_crash_during_save_keeps_previous_step(tmp_path, monkeypatch):
     """A save killed before orbax's finalisation (the rename of its temporary directory)
-    leaves the previous step as the latest, restorable; the next save succeeds."""
+    leaves the previous step as the latest, restorable; the next save succeeds. (Patches
+    orbax's private `AtomicRenameTemporaryPath.finalize`, the commit point on a local disk.)"""
     from orbax.checkpoint._src.path import atomicity
 
     mesh = distributed.make_mesh()
