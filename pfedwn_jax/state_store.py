@@ -1,0 +1,168 @@
+"""Numbered checkpoints of a (possibly sharded, multi-process) pytree plus a progress JSON.
+
+`save(directory, step, tree, meta)` writes `directory/<step>/` with orbax-checkpoint: `state/`
+(the arrays; each process writes the shards it holds, so nothing is gathered to one host) and
+`meta/` (the JSON). Orbax writes into a temporary `<step>.orbax-checkpoint-tmp-*` directory and
+renames it when every process is done, so a step directory that exists is complete: a crash
+during a save leaves the previous step as `latest`. The latest `KEEP` steps are kept.
+
+`restore(directory, template)` reads a step back onto the shardings of `template` (arrays or
+`jax.ShapeDtypeStruct`s with `.sharding`), so a state saved from one mesh can be restored onto
+another. Shapes, dtypes and structure are checked against the template first (orbax itself
+would silently return the saved shape). Every process must call `save` and `restore` (they
+are collectives); `latest` only reads the directory.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+from pfedwn_jax._checks import check_int
+
+KEEP = 2
+STATE = "state"
+META = "meta"
+
+
+def _manager(directory: str | Path, create: bool = True) -> ocp.CheckpointManager:
+    """A synchronous orbax manager of `directory` keeping the latest `KEEP` steps."""
+    options = ocp.CheckpointManagerOptions(
+        max_to_keep=KEEP, enable_async_checkpointing=False, create=create
+    )
+    handlers = {STATE: ocp.StandardCheckpointHandler(), META: ocp.JsonCheckpointHandler()}
+    return ocp.CheckpointManager(
+        Path(directory).absolute(), options=options, item_handlers=handlers
+    )
+
+
+def _check_directory(directory: str | Path) -> Path:
+    """`directory` as a Path; `ValueError` when it is a file."""
+    path = Path(directory)
+    if path.is_file():
+        raise ValueError(f"checkpoint directory {path} is a file, not a directory")
+    return path
+
+
+# --------------------------------------------------------------------------- save
+def save(directory: str | Path, step: int, tree: Any, meta: dict[str, Any]) -> None:
+    """Write `tree` (a pytree of arrays, or None) and `meta` (a JSON object) as `step`.
+
+    Steps must not decrease: saving the latest step again replaces it, an earlier one raises
+    a `ValueError`. Returns when the step is complete on disk; then only the latest `KEEP`
+    steps remain.
+    """
+    directory = _check_directory(directory)
+    step = check_int("step", step, 0)
+    if not isinstance(meta, dict):
+        raise ValueError(f"meta must be a dict (a JSON object); got {type(meta).__name__}")
+    try:
+        json.dumps(meta, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"meta must be JSON-serialisable: {e}") from None
+    items = {META: ocp.args.JsonSave(meta)}
+    if tree is not None:
+        items[STATE] = ocp.args.StandardSave(tree)
+    with _manager(directory) as manager:
+        last = manager.latest_step()
+        if last is not None and step < last:
+            raise ValueError(f"step must be >= the latest saved step {last}; got {step}")
+        if step == last:
+            manager.delete(step)  # `KEEP` >= 2: the step before it survives a crash here
+        if not manager.save(step, args=ocp.args.Composite(**items)):
+            raise RuntimeError(f"orbax did not save step {step} in {directory}")
+        manager.wait_until_finished()
+
+
+# --------------------------------------------------------------------------- restore
+def latest(directory: str | Path) -> int | None:
+    """The latest complete step in `directory` (None: no checkpoint, or no directory)."""
+    directory = _check_directory(directory)
+    if not directory.is_dir():
+        return None
+    with _manager(directory, create=False) as manager:
+        return manager.latest_step()
+
+
+def _abstract(leaf: Any) -> Any:
+    """What orbax restores a template leaf as: a `jax.ShapeDtypeStruct` with a sharding for
+    JAX arrays and sharded structs (a struct without one goes to the first local device), a
+    numpy array for anything else."""
+    if isinstance(leaf, jax.Array | jax.ShapeDtypeStruct):
+        sharding = getattr(leaf, "sharding", None) or jax.sharding.SingleDeviceSharding(
+            jax.local_devices()[0]
+        )
+        return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)
+    return np.zeros(np.shape(leaf), np.asarray(leaf).dtype)
+
+
+def _key(entry: Any) -> str:
+    """One step of a key path as text: orbax stores named tuples and dataclasses as dicts."""
+    for attr in ("key", "name", "idx"):
+        if hasattr(entry, attr):
+            return str(getattr(entry, attr))
+    return str(entry)
+
+
+def _by_path(tree: Any) -> dict[str, Any]:
+    """`{"a/0/b": leaf}` for every leaf of `tree`."""
+    return {
+        "/".join(_key(k) for k in path): leaf
+        for path, leaf in jax.tree_util.tree_leaves_with_path(tree)
+    }
+
+
+def _tree(metadata: Any) -> Any:
+    """The tree of orbax's item metadata (a `TreeMetadata` in recent orbax, a tree before)."""
+    return getattr(metadata, "tree", metadata)
+
+
+def _check_against(saved: Any, template: Any, where: Path) -> None:
+    """`ValueError` unless the saved tree metadata has the template's leaves (by path), shapes
+    and dtypes."""
+    got, want = _by_path(saved), _by_path(template)
+    if set(got) != set(want):
+        raise ValueError(
+            f"checkpoint {where} does not match the template: saved leaves "
+            f"{sorted(got)[:6]}, template leaves {sorted(want)[:6]}"
+        )
+    for name, w in want.items():
+        g = got[name]
+        if tuple(g.shape) != tuple(w.shape) or np.dtype(g.dtype) != np.dtype(w.dtype):
+            raise ValueError(
+                f"checkpoint {where}: leaf {name!r} is {tuple(g.shape)} {np.dtype(g.dtype)}, "
+                f"the template wants {tuple(w.shape)} {np.dtype(w.dtype)}"
+            )
+
+
+def restore(directory: str | Path, template: Any, step: int | None = None) -> tuple[Any, dict]:
+    """`(tree, meta)` of `step` (default: the latest) in `directory`.
+
+    `template`: a pytree like the saved one, of arrays or `jax.ShapeDtypeStruct`s; JAX leaves
+    come back as `jax.Array`s on their `.sharding`, numpy leaves as numpy arrays. `None`:
+    read only `meta` (tree None), e.g. to learn what a resume needs before building the
+    template. `ValueError` when there is no such step or it does not match the template.
+    """
+    directory = _check_directory(directory)
+    step = latest(directory) if step is None else check_int("step", step, 0)
+    if step is None:
+        raise ValueError(f"no checkpoint in {directory}")
+    with _manager(directory, create=False) as manager:
+        if step not in manager.all_steps():
+            raise ValueError(f"no step {step} in {directory}; saved: {manager.all_steps()}")
+        if template is not None and not (directory / str(step) / STATE).is_dir():
+            raise ValueError(f"checkpoint {directory / str(step)} holds no state, only meta")
+        items = {META: ocp.args.JsonRestore()}
+        if template is not None:
+            abstract = jax.tree.map(_abstract, template)
+            _check_against(
+                _tree(manager.item_metadata(step)[STATE]), abstract, directory / str(step)
+            )
+            items[STATE] = ocp.args.StandardRestore(abstract)
+        out = manager.restore(step, args=ocp.args.Composite(**items))
+    return (out[STATE] if template is not None else None), out[META]
