@@ -15,6 +15,7 @@ from pfedwn_jax.data import (
     DATA_DIR_ENV,
     Dataset,
     DatasetUnavailableError,
+    bucket_groups,
     cap_parts,
     client_label_counts,
     label_counts,
@@ -139,6 +140,31 @@ def test_cap_parts_is_a_uniform_subset():
         hits[small] += 1
     # each of 10 kept with probability 0.4: 800 of 2000 draws, sd ~ 22
     assert np.all(np.abs(hits - 800) < 110), hits
+
+
+def reference_bucket_cost(count: np.ndarray, num_buckets: int) -> int:
+    """Least padded slots over contiguous cuts of the sorted clients (plain per-client DP):
+    `best[j]` covers the j smallest clients with at most the buckets used so far."""
+    c = np.sort(count)
+    best = [0] + [float("inf")] * len(c)
+    for _ in range(num_buckets):
+        best = [0] + [
+            min(best[j], *(best[i] + (j - i) * int(c[j - 1]) for i in range(j)))
+            for j in range(1, len(c) + 1)
+        ]
+    return best[len(c)]
+
+
+@pytest.mark.parametrize("num_buckets", [1, 2, 4])
+def test_bucket_groups_with_many_tied_clients(num_buckets):
+    count = np.random.default_rng(num_buckets).geometric(0.15, size=150)  # many equal sizes
+    groups = bucket_groups(count, num_buckets)
+    np.testing.assert_array_equal(np.sort(np.concatenate(groups)), np.arange(150))
+    assert len(groups) <= num_buckets
+    cost = sum(len(g) * int(count[g].max()) for g in groups)
+    assert cost == reference_bucket_cost(count, num_buckets)
+    big = np.random.default_rng(0).geometric(0.05, size=10_000)  # 10,000 clients: instant
+    assert sum(len(g) for g in bucket_groups(big, 8)) == 10_000
 
 
 # --- too few samples -------------------------------------------------------------------------
