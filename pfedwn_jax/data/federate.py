@@ -87,6 +87,19 @@ def split_train_test(
     return train, test
 
 
+def _check_cap(cap: int | None, min_samples: int) -> int | None:
+    """`max_samples_per_client` as an int >= `min_samples` (or None)."""
+    if cap is None:
+        return None
+    cap = check_int("max_samples_per_client", cap)
+    if cap < min_samples:
+        raise ValueError(
+            f"max_samples_per_client={cap} is below min_samples={min_samples}; every client "
+            "must be able to keep its minimum"
+        )
+    return cap
+
+
 def make_federated(
     dataset: Dataset | str,
     num_clients: int,
@@ -130,13 +143,7 @@ def make_federated(
     check_choice("pool", pool, POOLS)
     check_choice("scheme", scheme, ALL_SCHEMES)
     min_samples = check_int("min_samples", min_samples, low=2)
-    if max_samples_per_client is not None:
-        max_samples_per_client = check_int("max_samples_per_client", max_samples_per_client)
-        if max_samples_per_client < min_samples:
-            raise ValueError(
-                f"max_samples_per_client={max_samples_per_client} is below "
-                f"min_samples={min_samples}; every client must be able to keep its minimum"
-            )
+    cap = _check_cap(max_samples_per_client, min_samples)
     if not isinstance(dataset, Dataset):
         dataset = load_dataset(dataset, data_dir=data_dir)
     x, y, parts = partition_pool(
@@ -149,8 +156,8 @@ def make_federated(
         min_samples=min_samples,
         classes_per_client=classes_per_client,
     )
-    if max_samples_per_client is not None:
-        parts = cap_parts(parts, max_samples_per_client, seed)
+    if cap is not None:
+        parts = cap_parts(parts, cap, seed)
     train_parts, test_parts = split_train_test(parts, float(train_frac), seed)
     train, test = stack_clients(x, y, train_parts), stack_clients(x, y, test_parts)
     if device:
