@@ -7,20 +7,36 @@ fed.train.x  # [11, max_train, 28, 28, 1] uint8
 from pfedwn_jax.data.arrays import Dataset
 from pfedwn_jax.data.batching import epoch_indices, steps_per_epoch
 from pfedwn_jax.data.client_data import ClientData, FederatedData
-from pfedwn_jax.data.datasets import DEFAULT_DATASET, available_datasets, load_dataset, load_npz
+from pfedwn_jax.data.datasets import (
+    DATA_DIR_ENV,
+    DEFAULT_DATASET,
+    FILE_DATASETS,
+    available_datasets,
+    load_dataset,
+    load_npz,
+    save_npz,
+)
 from pfedwn_jax.data.federate import (
     POOLS,
     client_label_counts,
     make_federated,
+    partition_pool,
     pool_arrays,
+    pool_writers,
     split_train_test,
 )
+from pfedwn_jax.data.leaf import load_leaf
 from pfedwn_jax.data.partition import (
+    ALL_SCHEMES,
     DEFAULT_MIN_SAMPLES,
+    NATURAL,
     SCHEMES,
+    cap_parts,
+    check_enough_samples,
     label_counts,
     label_skew,
     partition,
+    partition_natural,
 )
 from pfedwn_jax.data.stacking import (
     bucket_groups,
@@ -40,8 +56,12 @@ from pfedwn_jax.data.tfds_source import (
 )
 
 __all__ = [
+    "ALL_SCHEMES",
+    "DATA_DIR_ENV",
     "DEFAULT_DATASET",
     "DEFAULT_MIN_SAMPLES",
+    "FILE_DATASETS",
+    "NATURAL",
     "POOLS",
     "SCHEMES",
     "TFDS_NAMES",
@@ -52,12 +72,15 @@ __all__ = [
     "available_datasets",
     "bucket_groups",
     "bucketize",
+    "cap_parts",
+    "check_enough_samples",
     "client_label_counts",
     "epoch_indices",
     "format_bytes",
     "label_counts",
     "label_skew",
     "load_dataset",
+    "load_leaf",
     "load_npz",
     "load_tfds",
     "make_federated",
@@ -65,8 +88,12 @@ __all__ = [
     "memory_report",
     "padding_ratio",
     "partition",
+    "partition_natural",
+    "partition_pool",
     "pool_arrays",
+    "pool_writers",
     "prepare_tfds",
+    "save_npz",
     "split_train_test",
     "stack_clients",
     "steps_per_epoch",

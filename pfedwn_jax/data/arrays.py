@@ -22,6 +22,9 @@ class Dataset:
       y_test: `[n_test]` int32 labels.
       num_classes: number of classes C.
       name: the name it was loaded under.
+      writer_train: `[n_train]` int64 natural owner of each sample (FEMNIST: its writer),
+        or None for a dataset that is not naturally federated.
+      writer_test: `[n_test]` int64, present exactly when `writer_train` is.
     """
 
     x_train: np.ndarray
@@ -30,11 +33,19 @@ class Dataset:
     y_test: np.ndarray
     num_classes: int
     name: str
+    writer_train: np.ndarray | None = None
+    writer_test: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         validate_arrays(
             self.name, self.x_train, self.y_train, self.x_test, self.y_test, self.num_classes
         )
+        validate_writers(self.name, self.writer_train, self.writer_test, self.y_train, self.y_test)
+
+    @property
+    def has_writers(self) -> bool:
+        """True for a naturally federated dataset (writer ids, `scheme="natural"`)."""
+        return self.writer_train is not None
 
     @property
     def input_shape(self) -> tuple[int, int, int]:
@@ -44,7 +55,8 @@ class Dataset:
     def __repr__(self) -> str:
         return (
             f"Dataset(name={self.name!r}, train={len(self.y_train)}, test={len(self.y_test)}, "
-            f"input_shape={self.input_shape}, num_classes={self.num_classes})"
+            f"input_shape={self.input_shape}, num_classes={self.num_classes}"
+            + (f", writers={num_writers(self)})" if self.has_writers else ")")
         )
 
 
@@ -88,6 +100,44 @@ def validate_arrays(
             f"dataset {name!r}: train images {x_train.shape[1:]} and test images "
             f"{x_test.shape[1:]} differ in shape"
         )
+
+
+def validate_writers(
+    name: str,
+    writer_train: np.ndarray | None,
+    writer_test: np.ndarray | None,
+    y_train: np.ndarray,
+    y_test: np.ndarray,
+) -> None:
+    """Raise `ValueError` unless the writer ids are both None or both int64 `[n]` per split."""
+    if (writer_train is None) != (writer_test is None):
+        raise ValueError(f"dataset {name!r}: give both writer_train and writer_test, or neither")
+    if writer_train is None:
+        return
+    for split, w, y in (("train", writer_train, y_train), ("test", writer_test, y_test)):
+        if w.dtype != np.int64 or w.shape != y.shape:
+            raise ValueError(
+                f"dataset {name!r}: writer_{split} must be int64 of shape {y.shape} like "
+                f"y_{split}; got {w.dtype} {w.shape}"
+            )
+
+
+def num_writers(dataset: Dataset) -> int:
+    """Distinct writers over both splits (0 for a dataset without writer ids)."""
+    if not dataset.has_writers:
+        return 0
+    return int(np.unique(np.concatenate([dataset.writer_train, dataset.writer_test])).size)
+
+
+def as_writers(name: str, key: str, w: np.ndarray, num: int) -> np.ndarray:
+    """Integer writer ids `[num]` -> int64 `[num]`."""
+    w = np.asarray(w)
+    if w.shape != (num,) or (w.size and w.dtype.kind not in "iu"):
+        raise ValueError(
+            f"dataset {name!r}: {key} must be a 1-D integer array of length {num} (one writer id "
+            f"per sample); got {w.dtype} {w.shape}"
+        )
+    return w.astype(np.int64)
 
 
 def as_images(name: str, key: str, x: np.ndarray) -> np.ndarray:

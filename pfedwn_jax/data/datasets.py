@@ -1,51 +1,91 @@
-"""Datasets as host NumPy arrays: the embedded default, user `.npz` files and TFDS.
+"""Datasets as host NumPy arrays: the embedded default, local files, user `.npz`, LEAF, TFDS.
 
 `load_dataset(name)` returns a `Dataset` with `uint8 [n, H, W, C]` images and int32 labels.
 Names: `DEFAULT_DATASET` (a real MNIST subset shipped in the package, NumPy only),
-`npz:PATH` (a user's own arrays), and the TFDS names in `TFDS_NAMES` (read through
+`FILE_DATASETS` (e.g. `mnist_full`: a known `.npz` file read from a data directory, no
+download), `npz:PATH` (a user's own arrays, optionally with writer ids), `leaf:PATH` (LEAF json
+such as FEMNIST, by writer) and the TFDS names in `TFDS_NAMES` (read through
 `pfedwn_jax.data.tfds_source`, needs the optional `tfds` extra and a prepared dataset).
 """
 
 from __future__ import annotations
 
+import os
 import zipfile
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
-from pfedwn_jax.data.arrays import Dataset, as_images, as_labels
-from pfedwn_jax.data.tfds_source import TFDS_NAMES, load_tfds
+from pfedwn_jax.data.arrays import Dataset, as_images, as_labels, as_writers
+from pfedwn_jax.data.leaf import LEAF_PREFIX, load_leaf
+from pfedwn_jax.data.tfds_source import TFDS_NAMES, DatasetUnavailableError, load_tfds
 
 DEFAULT_DATASET = "mnist_embedded"
 EMBEDDED_DIR = Path(__file__).resolve().parent / "embedded"
 EMBEDDED = {DEFAULT_DATASET: EMBEDDED_DIR / "mnist_embedded.npz"}
 NPZ_PREFIX = "npz:"
+DATA_DIR_ENV = "PFEDWN_DATA_DIR"
+
+
+class FileDataset(NamedTuple):
+    """A named dataset read from `file` in a data directory; the sizes identify the right file."""
+
+    file: str
+    num_train: int
+    num_test: int
+    what: str
+
+
+# Named local files (the repository's shared data folder `../shared/data` holds them).
+FILE_DATASETS = {
+    "mnist_full": FileDataset("mnist.npz", 60_000, 10_000, "the full MNIST (60,000 + 10,000)"),
+}
 
 
 def available_datasets() -> list[str]:
-    """Names `load_dataset` understands (plus `npz:PATH`)."""
-    return [*EMBEDDED, *TFDS_NAMES, f"{NPZ_PREFIX}PATH"]
+    """Names `load_dataset` understands (plus `npz:PATH` and `leaf:PATH`)."""
+    return [*EMBEDDED, *FILE_DATASETS, *TFDS_NAMES, f"{NPZ_PREFIX}PATH", f"{LEAF_PREFIX}PATH"]
 
 
-def load_npz(path: str | Path, name: str | None = None) -> Dataset:
-    """Load a user's `.npz`: keys `x_train, y_train[, x_test, y_test][, num_classes]`.
-
-    Images `[n, H, W]` (a channel axis is added) or `[n, H, W, C]`, integer pixels in 0..255;
-    labels integers >= 0. Without `num_classes`, it is `max(label) + 1`. Without a test
-    split the test arrays are empty (partition with `pool="union"` or `"train"`).
-    """
-    path = Path(path).expanduser()
-    name = name or f"{NPZ_PREFIX}{path}"
+def _read_archive(path: Path, name: str) -> dict[str, np.ndarray]:
+    """Every array of an `.npz` (no pickles); `ValueError` naming the file otherwise."""
     if not path.is_file():
         raise ValueError(f"dataset {name!r}: file {str(path)!r} not found")
     try:
         with np.load(path, allow_pickle=False) as f:
-            raw = {key: f[key] for key in f.files}
+            return {key: f[key] for key in f.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
         raise ValueError(
             f"dataset {name!r}: cannot read {str(path)!r} as an .npz archive of plain arrays "
             f"({type(e).__name__}: {e})"
         ) from e
+
+
+def _num_classes(name: str, raw: dict[str, np.ndarray], y_train, y_test) -> int:
+    if "num_classes" not in raw:
+        return max(int(y_train.max(initial=-1)), int(y_test.max(initial=-1))) + 1
+    num_classes = raw["num_classes"]
+    if num_classes.shape != () or num_classes.dtype.kind not in "iu":
+        raise ValueError(
+            f"dataset {name!r}: num_classes must be an integer scalar; "
+            f"got {num_classes.dtype} {num_classes.shape}"
+        )
+    return int(num_classes)
+
+
+def load_npz(path: str | Path, name: str | None = None) -> Dataset:
+    """Load a user's `.npz`: keys `x_train, y_train[, x_test, y_test][, num_classes]`
+    `[, writer_train, writer_test]`.
+
+    Images `[n, H, W]` (a channel axis is added) or `[n, H, W, C]`, integer pixels in 0..255;
+    labels integers >= 0. Without `num_classes`, it is `max(label) + 1`. Without a test
+    split the test arrays are empty (partition with `pool="union"` or `"train"`). Writer ids
+    (integers, one per sample of each split) make it naturally federated (`scheme="natural"`).
+    """
+    path = Path(path).expanduser()
+    name = name or f"{NPZ_PREFIX}{path}"
+    raw = _read_archive(path, name)
     missing = {"x_train", "y_train"} - set(raw)
     if missing or (("x_test" in raw) != ("y_test" in raw)):
         raise ValueError(
@@ -60,17 +100,59 @@ def load_npz(path: str | Path, name: str | None = None) -> Dataset:
     else:
         x_test = np.zeros((0, *x_train.shape[1:]), np.uint8)
         y_test = np.zeros((0,), np.int32)
-    if "num_classes" in raw:
-        num_classes = raw["num_classes"]
-        if num_classes.shape != () or num_classes.dtype.kind not in "iu":
-            raise ValueError(
-                f"dataset {name!r}: num_classes must be an integer scalar; "
-                f"got {num_classes.dtype} {num_classes.shape}"
-            )
-        num_classes = int(num_classes)
-    else:
-        num_classes = max(int(y_train.max(initial=-1)), int(y_test.max(initial=-1))) + 1
-    return Dataset(x_train, y_train, x_test, y_test, num_classes, name)
+    writers = [None, None]
+    if "writer_test" in raw and "writer_train" not in raw:
+        raise ValueError(f"dataset {name!r}: {str(path)!r} has writer_test but no writer_train")
+    if "writer_train" in raw:
+        test_w = raw.get("writer_test", np.zeros(0, np.int64))
+        writers = [
+            as_writers(name, "writer_train", raw["writer_train"], len(y_train)),
+            as_writers(name, "writer_test", test_w, len(y_test)),
+        ]
+    num_classes = _num_classes(name, raw, y_train, y_test)
+    return Dataset(x_train, y_train, x_test, y_test, num_classes, name, *writers)
+
+
+def save_npz(dataset: Dataset, path: str | Path) -> Path:
+    """Write `dataset` as an `.npz` that `load_npz` reads back (writer ids included), e.g. to
+    convert LEAF json once. Uncompressed: loading is then a plain read."""
+    path = Path(path).expanduser()
+    arrays = {
+        "x_train": dataset.x_train,
+        "y_train": dataset.y_train,
+        "x_test": dataset.x_test,
+        "y_test": dataset.y_test,
+        "num_classes": np.int64(dataset.num_classes),
+    }
+    if dataset.has_writers:
+        arrays |= {"writer_train": dataset.writer_train, "writer_test": dataset.writer_test}
+    with path.open("wb") as f:
+        np.savez(f, **arrays)
+    return path
+
+
+def load_file_dataset(name: str, data_dir: str | Path | None = None) -> Dataset:
+    """Load one of `FILE_DATASETS` from `data_dir`, else `$PFEDWN_DATA_DIR` (never downloads)."""
+    spec = FILE_DATASETS[name]
+    where = data_dir if data_dir is not None else os.environ.get(DATA_DIR_ENV)
+    hint = (
+        f"dataset {name!r} ({spec.what}) is read from {spec.file} in a data directory: pass "
+        f"data_dir (CLI --data-dir, config data_dir) or set ${DATA_DIR_ENV} to the folder "
+        f"holding it (the repository's ../shared/data), or load any copy as 'npz:PATH'"
+    )
+    if where is None:
+        raise DatasetUnavailableError(f"{hint}; no data directory was given")
+    path = Path(where).expanduser() / spec.file
+    if not path.is_file():
+        raise DatasetUnavailableError(f"{hint}; {str(path)!r} does not exist")
+    dataset = load_npz(path, name=name)
+    sizes = (len(dataset.y_train), len(dataset.y_test))
+    if sizes != (spec.num_train, spec.num_test):
+        raise ValueError(
+            f"dataset {name!r}: {str(path)!r} has {sizes[0]} train and {sizes[1]} test "
+            f"samples, not {spec.what}; load a different file as 'npz:PATH'"
+        )
+    return dataset
 
 
 def load_dataset(
@@ -79,9 +161,11 @@ def load_dataset(
     """Load a dataset by name (see module docstring) into host memory.
 
     Args:
-      name: `DEFAULT_DATASET`, one of `TFDS_NAMES`, or `npz:PATH`.
-      data_dir: TFDS data directory (default: `$TFDS_DATA_DIR` or `~/tensorflow_datasets`);
-        ignored for the embedded default and `npz:`.
+      name: `DEFAULT_DATASET`, one of `FILE_DATASETS` or `TFDS_NAMES`, `npz:PATH` or
+        `leaf:PATH`.
+      data_dir: the folder holding a `FILE_DATASETS` file (default `$PFEDWN_DATA_DIR`), or
+        the TFDS data directory (default: `$TFDS_DATA_DIR` or `~/tensorflow_datasets`);
+        ignored for the embedded default, `npz:` and `leaf:`.
       download: let TFDS download and prepare a missing dataset (needs TensorFlow and
         network); by default a missing dataset raises `DatasetUnavailableError`.
     """
@@ -89,8 +173,12 @@ def load_dataset(
         raise ValueError(f"dataset name must be a non-empty string; got {name!r}")
     if name in EMBEDDED:
         return load_npz(EMBEDDED[name], name=name)
+    if name in FILE_DATASETS:
+        return load_file_dataset(name, data_dir)
     if name.startswith(NPZ_PREFIX):
         return load_npz(name[len(NPZ_PREFIX) :], name=name)
+    if name.startswith(LEAF_PREFIX):
+        return load_leaf(name[len(LEAF_PREFIX) :], name=name)
     if name in TFDS_NAMES:
         return load_tfds(name, data_dir=data_dir, download=download)
     raise ValueError(f"unknown dataset {name!r}; available: {available_datasets()}")

@@ -10,7 +10,14 @@ from pfedwn_jax._checks import check_choice, check_finite, check_int, check_rang
 from pfedwn_jax.data.arrays import Dataset
 from pfedwn_jax.data.client_data import FederatedData
 from pfedwn_jax.data.datasets import load_dataset
-from pfedwn_jax.data.partition import DEFAULT_MIN_SAMPLES, partition
+from pfedwn_jax.data.partition import (
+    ALL_SCHEMES,
+    DEFAULT_MIN_SAMPLES,
+    NATURAL,
+    cap_parts,
+    partition,
+    partition_natural,
+)
 from pfedwn_jax.data.stacking import stack_clients, to_device
 
 POOLS = ("union", "train")
@@ -26,6 +33,42 @@ def pool_arrays(dataset: Dataset, pool: str = "union") -> tuple[np.ndarray, np.n
         np.concatenate([dataset.x_train, dataset.x_test]),
         np.concatenate([dataset.y_train, dataset.y_test]),
     )
+
+
+def pool_writers(dataset: Dataset, pool: str = "union") -> np.ndarray:
+    """`[n]` writer ids of the samples `pool_arrays` returns (same order)."""
+    check_choice("pool", pool, POOLS)
+    if not dataset.has_writers:
+        raise ValueError(
+            f"scheme={NATURAL!r} needs a naturally federated dataset with writer ids "
+            f"(npz keys writer_train/writer_test, or 'leaf:PATH'); {dataset.name!r} has none"
+        )
+    if pool == "train" or len(dataset.y_test) == 0:
+        return dataset.writer_train
+    return np.concatenate([dataset.writer_train, dataset.writer_test])
+
+
+def partition_pool(
+    dataset: Dataset, num_clients: int, scheme: str, *, seed: int, pool: str = "union", **kw
+) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """Pool `(x, y)` and its partition `parts` (`kw`: `partition`'s alpha, min_samples,
+    classes_per_client); errors name the dataset, pool and pool size."""
+    check_choice("scheme", scheme, ALL_SCHEMES)
+    x, y = pool_arrays(dataset, pool)
+    try:
+        if scheme == NATURAL:
+            parts, _ = partition_natural(
+                pool_writers(dataset, pool), num_clients, seed=seed, min_samples=kw["min_samples"]
+            )
+        else:
+            parts = partition(
+                y, num_clients, scheme, seed=seed, num_classes=dataset.num_classes, **kw
+            )
+    except ValueError as e:
+        raise ValueError(
+            f"dataset {dataset.name!r} (pool={pool!r}, {len(y)} samples): {e}"
+        ) from None
+    return x, y, parts
 
 
 def split_train_test(
@@ -44,6 +87,19 @@ def split_train_test(
     return train, test
 
 
+def _check_cap(cap: int | None, min_samples: int) -> int | None:
+    """`max_samples_per_client` as an int >= `min_samples` (or None)."""
+    if cap is None:
+        return None
+    cap = check_int("max_samples_per_client", cap)
+    if cap < min_samples:
+        raise ValueError(
+            f"max_samples_per_client={cap} is below min_samples={min_samples}; every client "
+            "must be able to keep its minimum"
+        )
+    return cap
+
+
 def make_federated(
     dataset: Dataset | str,
     num_clients: int,
@@ -57,19 +113,26 @@ def make_federated(
     classes_per_client: int = 2,
     data_dir: str | Path | None = None,
     device: bool = True,
+    max_samples_per_client: int | None = None,
 ) -> FederatedData:
     """Partition a dataset among clients and stack each client's train and test samples.
 
     Args:
       dataset: a `Dataset` or a name for `load_dataset` (e.g. `DEFAULT_DATASET`).
       num_clients: number of clients N.
-      scheme, alpha, min_samples, classes_per_client: see `partition`.
+      scheme: one of `ALL_SCHEMES`: a label-based scheme of `partition`, or `"natural"`
+        (one client per writer, `partition_natural`; needs a dataset with writer ids).
+      alpha, min_samples, classes_per_client: see `partition`.
       seed: seeds the partition and the per-client split (deterministic).
       train_frac: share of each client's samples used for training, in (0, 1); the
         paper uses 0.75.
       pool: `"union"` (train + test of the dataset) or `"train"`.
       data_dir: TFDS data directory when `dataset` is a TFDS name.
       device: put the arrays on the default JAX device (else keep host NumPy arrays).
+      max_samples_per_client: if set, a client with more samples keeps a uniform random
+        subset of this many (before the train/test split; the rest is unused). This
+        **changes the data** and bounds the padded length: `train.x` is then at most
+        `[N, round(train_frac * cap), ...]`. None (default) keeps every sample.
 
     Returns:
       `FederatedData(train, test, num_classes, name)`; `train.x` is
@@ -78,20 +141,23 @@ def make_federated(
     check_finite("train_frac", train_frac)
     check_range("train_frac", train_frac, 0.0, 1.0, low_inclusive=False, high_inclusive=False)
     check_choice("pool", pool, POOLS)
+    check_choice("scheme", scheme, ALL_SCHEMES)
     min_samples = check_int("min_samples", min_samples, low=2)
+    cap = _check_cap(max_samples_per_client, min_samples)
     if not isinstance(dataset, Dataset):
         dataset = load_dataset(dataset, data_dir=data_dir)
-    x, y = pool_arrays(dataset, pool)
-    parts = partition(
-        y,
+    x, y, parts = partition_pool(
+        dataset,
         num_clients,
         scheme,
         seed=seed,
+        pool=pool,
         alpha=alpha,
         min_samples=min_samples,
         classes_per_client=classes_per_client,
-        num_classes=dataset.num_classes,
     )
+    if cap is not None:
+        parts = cap_parts(parts, cap, seed)
     train_parts, test_parts = split_train_test(parts, float(train_frac), seed)
     train, test = stack_clients(x, y, train_parts), stack_clients(x, y, test_parts)
     if device:

@@ -15,6 +15,8 @@ Schemes:
   wrapped blocks of a random class order so every class has a holder); a class is split
   evenly among its holders (McMahan et al. 2017 style).
 - `"iid"`: a uniform random split into near-equal parts.
+- `"natural"` (`partition_natural`, not `partition`): a naturally federated dataset such as
+  FEMNIST, one client per writer, from writer ids rather than labels.
 
 Minimum size (`"paper"`, `"dirichlet"`): before the Dirichlet split each client receives
 `min_samples` samples drawn uniformly from the still-unassigned samples of the classes it
@@ -22,7 +24,8 @@ holds (in the rare case those are exhausted, it takes on further random classes 
 suffice); the rest follows the Dirichlet proportions. This guarantees the minimum in one pass
 (rejection sampling, the other common choice, almost never succeeds with small alpha and
 tens of clients). `"iid"` and `"pathological"` are near-balanced by construction and only
-check it. Too few samples for the minimum is a `ValueError`.
+check it. Too few samples for the clients or the minimum is a `ValueError` that names the
+numbers and what would fit (`check_enough_samples`).
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ import numpy as np
 
 from pfedwn_jax._checks import check_choice, check_finite, check_int, check_range
 
-SCHEMES = ("paper", "dirichlet", "pathological", "iid")
+SCHEMES = ("paper", "dirichlet", "pathological", "iid")  # label-based: `partition`
+NATURAL = "natural"  # one client per writer: `partition_natural`, needs writer ids
+ALL_SCHEMES = (*SCHEMES, NATURAL)  # what `make_federated` accepts
 DEFAULT_MIN_SAMPLES = 20
 
 
@@ -158,13 +163,7 @@ def partition(
     seed = check_int("seed", seed, low=0)
     check_finite("alpha", alpha)
     check_range("alpha", alpha, low=0.0, low_inclusive=False)
-    if num_clients > n:
-        raise ValueError(f"num_clients={num_clients} exceeds the {n} samples to partition")
-    if num_clients * min_samples > n:
-        raise ValueError(
-            f"num_clients * min_samples = {num_clients} * {min_samples} exceeds the {n} "
-            "samples to partition; lower min_samples or use fewer clients"
-        )
+    check_enough_samples(n, num_clients, min_samples)
     rng = np.random.default_rng(seed)
     if scheme == "iid":
         parts = [np.sort(p) for p in np.array_split(rng.permutation(n), num_clients)]
@@ -187,9 +186,84 @@ def partition(
     if sizes.min() < min_samples:
         raise ValueError(
             f"{scheme}: client {int(sizes.argmin())} got {int(sizes.min())} samples < "
-            f"min_samples={min_samples}; lower min_samples or use fewer clients"
+            f"min_samples={min_samples} ({n} samples over {num_clients} clients); lower "
+            "min_samples or use fewer clients"
         )
     return parts
+
+
+def check_enough_samples(num_samples: int, num_clients: int, min_samples: int) -> None:
+    """`ValueError` naming the numbers unless `num_samples` can give each of `num_clients`
+    clients at least `min_samples` (and at least one) samples, with what would fit."""
+    if num_clients > num_samples:
+        raise ValueError(
+            f"num_clients={num_clients} exceeds the {num_samples} samples to partition (every "
+            f"client needs at least one); use at most {num_samples} clients or a larger dataset"
+        )
+    if num_clients * min_samples > num_samples:
+        raise ValueError(
+            f"num_clients * min_samples = {num_clients} * {min_samples} = "
+            f"{num_clients * min_samples} exceeds the {num_samples} samples to partition; use "
+            f"at most {num_samples // min_samples} clients with min_samples={min_samples}, or "
+            f"min_samples <= {num_samples // num_clients} with {num_clients} clients, or a "
+            "larger dataset"
+        )
+
+
+def partition_natural(
+    writers: np.ndarray, num_clients: int, *, seed: int, min_samples: int = DEFAULT_MIN_SAMPLES
+) -> tuple[list[np.ndarray], np.ndarray]:
+    """The natural partition of a naturally federated dataset: one client per writer.
+
+    `num_clients` writers are drawn uniformly without replacement among those with at least
+    `min_samples` samples; client n holds every sample of the n-th drawn writer (in increasing
+    writer id). Samples of writers not drawn are unused.
+
+    Args:
+      writers: `[n]` integer writer (natural owner) id of every sample, e.g. FEMNIST's writer.
+      num_clients: number of clients N >= 1 (at most the number of eligible writers).
+      seed: integer seed of the draw.
+      min_samples: writers with fewer samples are not eligible.
+
+    Returns:
+      `(parts, writer_ids)`: N sorted int64 index arrays and the `[N]` writer id of each client.
+    """
+    writers = np.asarray(writers)
+    if writers.ndim != 1 or (writers.size and writers.dtype.kind not in "iu"):
+        raise ValueError(
+            f"writers must be a 1-D integer array; got {writers.dtype} {writers.shape}"
+        )
+    num_clients = check_int("num_clients", num_clients, low=1)
+    min_samples = check_int("min_samples", min_samples, low=0)
+    seed = check_int("seed", seed, low=0)
+    ids, inverse, sizes = np.unique(writers, return_inverse=True, return_counts=True)
+    eligible = np.flatnonzero(sizes >= max(min_samples, 1))
+    if eligible.size < num_clients:
+        raise ValueError(
+            f"natural: num_clients={num_clients} exceeds the {eligible.size} writers (of "
+            f"{ids.size}) with at least min_samples={min_samples} samples; use at most "
+            f"{eligible.size} clients or lower min_samples"
+        )
+    rng = np.random.default_rng([seed, 3])
+    chosen = np.sort(rng.choice(eligible, size=num_clients, replace=False))
+    order = np.argsort(inverse, kind="stable")  # sample indices grouped by writer, ascending
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    parts = [order[starts[w] : starts[w + 1]].astype(np.int64) for w in chosen]
+    return parts, ids[chosen]
+
+
+def cap_parts(parts: list[np.ndarray], max_size: int, seed: int) -> list[np.ndarray]:
+    """Keep at most `max_size` samples per client, a uniform random subset of a larger part.
+
+    This changes the data (the dropped samples are unused; a capped client's label mix is
+    kept in expectation only) and bounds the padded length of the stacked arrays.
+    """
+    max_size = check_int("max_samples_per_client", max_size, low=1)
+    rng = np.random.default_rng([seed, 2])  # independent of the partition's stream
+    return [
+        np.sort(rng.choice(p, size=max_size, replace=False)) if p.size > max_size else p
+        for p in parts
+    ]
 
 
 def label_counts(labels: np.ndarray, parts: list[np.ndarray], num_classes: int) -> np.ndarray:
