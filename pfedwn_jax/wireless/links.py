@@ -141,7 +141,8 @@ def _one_link(
     log_c = _log_scale(positions, rx, nodes, params)
     hit = ok & sends[1:] & (f_star[1:] == f_star[0])
     interf = jnp.sum(jnp.where(hit, jnp.exp(log_c[1:] - log_c[0]) * u_max[1:], 0.0))
-    return sinr_success(u_max[0], sends[0], log_c[0], interf, gamma_th, params) & (rx != tx)
+    success = sinr_success(u_max[0], sends[0], log_c[0], interf, gamma_th, params)
+    return success & active[tx] & (rx != tx)
 
 
 def _map_links(fn: Any, links: Any, numbers_per_link: int) -> Any:
@@ -252,7 +253,8 @@ def physical_received(
       key: this round's PRNG key (one fading realisation per key).
       positions: [N, 2] node positions (m).
       receivers, transmitters: [L] int node indices of each link transmitter -> receiver.
-      active_tx: [N] bool, the nodes transmitting this round (they interfere).
+      active_tx: [N] bool, the nodes transmitting this round: they interfere, and a link
+        whose transmitter is not active is not received.
       gamma_th: SINR decoding threshold (linear, > 0), scalar or [L].
       params: channel constants (Table I defaults); `num_subchannels` must be concrete.
       num_interferers: None: every other active node interferes at the receiver (work and
