@@ -1,6 +1,7 @@
 """D2D wireless channel model of pFedWN: P_err, neighbor selection, topologies, Monte Carlo.
 
-See docs/wireless.md for the model, the three interference-moment modes and validation.
+See docs/wireless.md for the model, the three interference-moment modes and validation, and
+docs/robustness.md for per-round link realisations (`links`) and mobility (`mobility`).
 """
 
 from pfedwn_jax.wireless.channel import (
@@ -16,6 +17,15 @@ from pfedwn_jax.wireless.channel import (
     threshold_moments,
     transmit_probability,
 )
+from pfedwn_jax.wireless.links import (
+    LINK_MODELS,
+    LinkAge,
+    bernoulli_received,
+    check_link_model,
+    nearest_interferers,
+    physical_received,
+)
+from pfedwn_jax.wireless.mobility import GaussianWalk, RandomWaypoint
 from pfedwn_jax.wireless.montecarlo import INTERFERENCE_MODES, simulate_links
 from pfedwn_jax.wireless.params import SPEED_OF_LIGHT, ChannelParams
 from pfedwn_jax.wireless.perr import (
@@ -29,10 +39,16 @@ from pfedwn_jax.wireless.topology import place_network, place_uniform, sample_pp
 
 __all__ = [
     "INTERFERENCE_MODES",
+    "LINK_MODELS",
     "MOMENT_MODES",
     "SPEED_OF_LIGHT",
     "ChannelParams",
+    "GaussianWalk",
+    "LinkAge",
+    "RandomWaypoint",
+    "bernoulli_received",
     "best_channel_moments",
+    "check_link_model",
     "error_probability",
     "interference_ccdf",
     "interference_ratios",
@@ -41,7 +57,9 @@ __all__ = [
     "log_noise_power",
     "lognormal_from_moments",
     "lognormal_params",
+    "nearest_interferers",
     "path_gain",
+    "physical_received",
     "place_network",
     "place_uniform",
     "power_ratio_matrix",

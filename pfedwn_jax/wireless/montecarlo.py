@@ -35,6 +35,39 @@ INTERFERENCE_MODES = ("physical", "lognormal")
 Geo = tuple[Any, Any]
 
 
+def best_subchannel(u: Any, params: ChannelParams) -> tuple[Any, Any, Any]:
+    """(u_max, f_star, transmits) [...] of one node's F sub-channels u [..., F] = h^2 / Gamma.
+
+    The node picks its best sub-channel f* and transmits on it iff its amplitude is >= beta,
+    i.e. iff u_max >= b = beta^2 / Gamma (paper Sec. III-B).
+    """
+    u_max = jnp.max(u, axis=-1)
+    b = params.fading_threshold**2 / params.rayleigh_gamma
+    return u_max, jnp.argmax(u, axis=-1), u_max >= b
+
+
+def sinr_success(
+    u_max: Any, transmits: Any, log_c: Any, interf: Any, gamma_th: Any, params: ChannelParams
+) -> Any:
+    """Packet success [...]: transmits and c h^2 >= gamma_th (sigma_n^2 + I).
+
+    Both sides are divided by c Gamma: u_max = h^2 / Gamma on the chosen sub-channel, ln c
+    the link's received scale, interf = I / (c Gamma) the co-channel interference.
+    """
+    noise = jnp.exp(log_noise_power(params) - log_c - jnp.log(params.rayleigh_gamma))
+    return transmits & (u_max >= gamma_th * (noise + interf))
+
+
+def concrete_num_subchannels(params: ChannelParams, who: str) -> int:
+    """F as a Python int; `ValueError` when it is traced or not a scalar (`who` needs it)."""
+    if not is_concrete(params.num_subchannels) or np.ndim(params.num_subchannels) != 0:
+        raise ValueError(
+            f"{who} needs a concrete scalar params.num_subchannels "
+            "(it sets the number of amplitudes drawn per node)"
+        )
+    return int(np.asarray(params.num_subchannels))
+
+
 def _physical(
     key: Any, links: Links, geo: Geo, params: ChannelParams, num_draws: int, num_sub: int
 ) -> Any:
@@ -44,14 +77,11 @@ def _physical(
     rho = power_ratio_matrix(rel)
     shape = (num_draws, *valid.shape, num_sub)
     u = jax.random.exponential(key, shape, log_c.dtype)  # h^2 / Gamma per sub-channel
-    u_max = jnp.max(u, axis=-1)
-    f_star = jnp.argmax(u, axis=-1)
-    b = params.fading_threshold**2 / params.rayleigh_gamma
-    tx = (u_max >= b) & valid
+    u_max, f_star, tx = best_subchannel(u, params)
+    tx = tx & valid
     same = (f_star[..., :, None] == f_star[..., None, :]) & tx[..., None, :]
     interf = jnp.sum(jnp.where(same, rho * u_max[..., None, :], 0.0), axis=-1)  # / (c_s Gamma)
-    noise = jnp.exp(log_noise_power(params) - log_c - jnp.log(params.rayleigh_gamma))
-    return tx & (u_max >= gamma_th[..., None] * (noise + interf))
+    return sinr_success(u_max, tx, log_c, interf, gamma_th[..., None], params)
 
 
 def _lognormal(
@@ -119,12 +149,7 @@ def simulate_links(
     params = ChannelParams() if params is None else params
     check_choice("interference", interference, INTERFERENCE_MODES)
     num_draws = check_int("num_draws", num_draws, 1, None)
-    if not is_concrete(params.num_subchannels) or np.ndim(params.num_subchannels) != 0:
-        raise ValueError(
-            "simulate_links needs a concrete scalar params.num_subchannels "
-            "(it sets the number of amplitudes drawn per node)"
-        )
-    num_sub = int(np.asarray(params.num_subchannels))
+    num_sub = concrete_num_subchannels(params, "simulate_links")
     links, params = link_inputs(target_xy, neighbor_xy, gamma_th, valid, params, moments)
     m1, var1 = moment_coefficients(params, moments=moments)
     return _simulate_jit(
