@@ -185,7 +185,8 @@ def _step(alg, hp, state, key, ctx, test, hvalues):
     """One round plus evaluation and records: the compiled unit of the runner.
 
     `hp` is static (`static_hparams`), `hvalues` its dynamic (float) fields as arrays
-    (`hparam_values`), bound inside so one compiled round serves every value. `metrics` holds the evaluation's `loss [S]`, `accuracy [S]` and `finite [S]`
+    (`hparam_values`), bound inside so one compiled round serves every value. `metrics`
+    holds the evaluation's `loss [S]`, `accuracy [S]` and `finite [S]`
     (`divergence.slot_finite` of the evaluated models, test and training losses).
     """
     hp = bind_hparams(hp, hvalues)

@@ -115,11 +115,12 @@ def _stacked(trees: Sequence[Any], mesh: Mesh, *, pad_ragged: bool = False) -> A
     return place(tree, 0, mesh)
 
 
-def init_states(group: Group, name: str, hps: Sequence[Any], mesh: Mesh) -> Any:
+def init_states(group: Group, name: str, mesh: Mesh) -> Any:
     """Every run's initial state of method `name` (padded contexts), stacked and placed."""
     alg = get_algorithm(name)
     states = []
-    for r, (e, hp) in enumerate(zip(group.exps, hps, strict=True)):
+    for r, e in enumerate(group.exps):
+        hp = e.config.hparams_for(name)
         ctx_r = jax.tree.map(
             lambda ax, a, r=r: a if ax is None else a[r],
             group.ctx_axes,
@@ -150,7 +151,7 @@ def run_method(
     hps = [e.config.hparams_for(name) for e in group.exps]
     hvalues = _stacked([hparam_values(hp) for hp in hps], mesh)
     if state is None:
-        state = init_states(group, name, hps, mesh)
+        state = init_states(group, name, mesh)
     done = 0
     for k in sizes:
         if done + k <= start:

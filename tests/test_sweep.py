@@ -1,0 +1,102 @@
+"""A sweep computes, run by run, what `run()` computes; it resumes exactly; it fails early."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import TINY_RUN
+
+import pfedwn_jax
+from pfedwn_jax import ExperimentConfig
+from pfedwn_jax.algorithms import available_algorithms
+from pfedwn_jax.sweep import expand, run_config, sweep
+from pfedwn_jax.sweep import runner as sweep_runner
+
+# topology seeds 0 and 3 select 2 and 3 of the 5 neighbors: runs of different slot counts
+# share one program (padded slots); the data seeds differ too (padded samples)
+VARIED = {**TINY_RUN, "num_neighbors": 5, "eps": 0.05, "gamma_th": 5.0, "rounds": 2}
+EVERY_NUMBER = {
+    "topology_seed": [0, 3],
+    "lr": [0.05, 0.08],
+    "fedprox.mu": [0.01, 0.1],
+    "perfedavg.alpha": [0.01, 0.03],
+    "fedamp.sigma": [1.0, 2.0],
+    "pfedwn.a": [0.5, 0.3],
+}
+
+
+def _runs_equal(result, config, specs, atol=1e-6):
+    """Every run's curve of every method equals `run()` of its own config."""
+    for spec in specs:
+        own = pfedwn_jax.run(run_config(config, spec), progress=False)
+        for name in config.method_names:
+            sel = (result.rows["run"] == spec.index) & (result.rows["method"] == name)
+            got = result.rows["target_accuracy"][sel]
+            want = np.asarray(own.methods[name]["target_accuracy"])
+            np.testing.assert_allclose(got, want, atol=atol, err_msg=f"{name} run {spec}")
+            got_loss = result.rows["target_loss"][sel]
+            np.testing.assert_allclose(got_loss, own.methods[name]["target_loss"], rtol=1e-5)
+
+
+def test_sweep_equals_runs_for_every_algorithm():
+    config = ExperimentConfig(**VARIED, algorithms=available_algorithms())
+    result = sweep(config, seeds=[1], grid=EVERY_NUMBER, zip=True, block=1, progress=False)
+    assert result.meta["programs"] == 1  # every number batched, shapes padded
+    specs = expand(config, [1], EVERY_NUMBER, zip=True)
+    _runs_equal(result, config, specs)
+    assert set(result.rows["lr"]) == {0.05, 0.08}
+
+
+def test_blocks_odd_runs_and_grouped_shapes():
+    """3 runs on 2 devices (one padding run), 3 rounds in blocks of 2 and 1, and a grid value
+    that changes the program (batch size) grouped into a second program."""
+    config = ExperimentConfig(**{**VARIED, "rounds": 3}, algorithms=("fedavg",))
+    grid = {"batch_size": [32, 16]}
+    result = sweep(config, seeds="0-1", grid=grid, block=2, progress=False)
+    assert result.meta["programs"] == 2
+    specs = expand(config, "0-1", grid)
+    _runs_equal(result, config, specs[1:])
+    assert len(result) == 4 * 3
+
+
+def test_resume_after_interruption_gives_the_same_numbers(tmp_path, monkeypatch):
+    config = ExperimentConfig(**{**VARIED, "rounds": 3}, algorithms=("local", "pfedwn"))
+    kwargs = dict(seeds=[0, 1], block=1, progress=False, checkpoint=tmp_path / "ck")
+    full = sweep(config, **kwargs)
+    add_block, calls = sweep_runner.Table.add_block, []
+
+    def interrupted(self, *args):
+        calls.append(1)
+        if len(calls) == 5:  # mid-way through pfedwn's rounds (blocks 1-3 are local's)
+            raise KeyboardInterrupt
+        return add_block(self, *args)
+
+    monkeypatch.setattr(sweep_runner.Table, "add_block", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        sweep(config, **kwargs)
+    monkeypatch.setattr(sweep_runner.Table, "add_block", add_block)
+    resumed = sweep(config, **kwargs, resume=True)
+    for key in ("run", "method", "round", "target_accuracy", "target_loss"):
+        np.testing.assert_array_equal(resumed.rows[key], full.rows[key], err_msg=key)
+
+
+def test_resume_of_another_sweep_is_refused(tmp_path):
+    config = ExperimentConfig(**{**VARIED, "rounds": 1}, algorithms=("local",))
+    sweep(config, seeds=[0], progress=False, checkpoint=tmp_path)
+    with pytest.raises(ValueError, match="another sweep"):
+        sweep(config, seeds=[1], progress=False, checkpoint=tmp_path, resume=True)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(grid={"learning_rate": [0.1]}), "unknown key 'learning_rate'"),
+        (dict(grid={"lr": [-1.0]}), r"grid\[lr\]"),
+        (dict(block=0), "block"),
+        (dict(seeds="3-1"), "seed"),
+    ],
+)
+def test_bad_input_fails_before_any_work(kwargs, match):
+    config = ExperimentConfig(**VARIED, algorithms=("local",))
+    with pytest.raises(ValueError, match=match):
+        sweep(config, progress=False, **kwargs)
