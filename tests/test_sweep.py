@@ -9,8 +9,8 @@ from helpers import TINY_RUN
 import pfedwn_jax
 from pfedwn_jax import ExperimentConfig
 from pfedwn_jax.algorithms import available_algorithms
-from pfedwn_jax.sweep import expand, run_config, sweep
-from pfedwn_jax.sweep import runner as sweep_runner
+from pfedwn_jax.sweeps import expand, run_config, sweep
+from pfedwn_jax.sweeps import runner as sweep_runner
 
 # topology seeds 0 and 3 select 2 and 3 of the 5 neighbors: runs of different slot counts
 # share one program (padded slots); the data seeds differ too (padded samples)

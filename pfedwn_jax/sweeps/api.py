@@ -13,10 +13,10 @@ from jax.sharding import Mesh
 from pfedwn_jax._checks import check_int
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.experiment.runner import _progress_bar, environment
-from pfedwn_jax.sweep.grid import expand, run_config
-from pfedwn_jax.sweep.result import SweepResult
-from pfedwn_jax.sweep.resume import SweepCheckpoint, fingerprint
-from pfedwn_jax.sweep.runner import (
+from pfedwn_jax.sweeps.grid import expand, run_config
+from pfedwn_jax.sweeps.result import SweepResult
+from pfedwn_jax.sweeps.resume import SweepCheckpoint, fingerprint
+from pfedwn_jax.sweeps.runner import (
     Table,
     block_sizes,
     check_mesh,

@@ -22,8 +22,8 @@ from jax.sharding import Mesh
 from pfedwn_jax.algorithms import get_algorithm, hparam_values, static_hparams
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.experiment.runner import Experiment, setup
-from pfedwn_jax.sweep.batch import Shapes, pad_context, program_key, stack_runs
-from pfedwn_jax.sweep.program import RUNS, axes_key, block_program, default_mesh, place
+from pfedwn_jax.sweeps.batch import Shapes, pad_context, program_key, stack_runs
+from pfedwn_jax.sweeps.program import RUNS, axes_key, block_program, default_mesh, place
 
 #: Rounds per block by default: the host sees the device every ~10 rounds (progress, saves).
 DEFAULT_BLOCK = 10
