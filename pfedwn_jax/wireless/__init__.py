@@ -17,6 +17,7 @@ from pfedwn_jax.wireless.channel import (
     transmit_probability,
 )
 from pfedwn_jax.wireless.montecarlo import INTERFERENCE_MODES, simulate_links
+from pfedwn_jax.wireless.neighbors import candidate_neighbors
 from pfedwn_jax.wireless.params import SPEED_OF_LIGHT, ChannelParams
 from pfedwn_jax.wireless.perr import (
     error_probability,
@@ -25,18 +26,26 @@ from pfedwn_jax.wireless.perr import (
     power_ratio_matrix,
 )
 from pfedwn_jax.wireless.selection import select_neighbors
+from pfedwn_jax.wireless.sparse_perr import (
+    CUTOFF_MODES,
+    interferer_sets,
+    sparse_error_probability,
+)
 from pfedwn_jax.wireless.topology import place_network, place_uniform, sample_ppp, topology_keys
 
 __all__ = [
+    "CUTOFF_MODES",
     "INTERFERENCE_MODES",
     "MOMENT_MODES",
     "SPEED_OF_LIGHT",
     "ChannelParams",
     "best_channel_moments",
+    "candidate_neighbors",
     "error_probability",
     "interference_ccdf",
     "interference_ratios",
     "interferer_moments",
+    "interferer_sets",
     "link_geometry",
     "log_noise_power",
     "lognormal_from_moments",
@@ -49,6 +58,7 @@ __all__ = [
     "sample_ppp",
     "select_neighbors",
     "simulate_links",
+    "sparse_error_probability",
     "threshold_moments",
     "topology_keys",
     "transmit_probability",
