@@ -116,7 +116,7 @@ def _sparse_impl(
     blocks = lambda a: jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1)).reshape(
         -1, chunk, *a.shape[1:]
     )
-    rows = jnp.arange(n + pad) % n  # padded receivers repeat real ones; dropped below
+    rows = jnp.arange(n)  # padding: receiver 0 with masked links, dropped below
     per = (blocks(rows), blocks(idx), blocks(mask), blocks(gamma))
     per_intf = None if intf is None else (blocks(intf[0]), blocks(intf[1]))
 
