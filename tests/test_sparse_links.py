@@ -19,7 +19,8 @@ from pfedwn_jax.wireless import (
 )
 from pfedwn_jax.wireless import neighbors as neighbors_mod
 from pfedwn_jax.wireless import sparse_perr as sparse_mod
-from pfedwn_jax.wireless.reference import error_probability_reference
+from pfedwn_jax.wireless.reference import error_probability_reference, received_power_scale
+from pfedwn_jax.wireless.sparse_perr import far_field_sums
 
 P = ChannelParams()
 
@@ -168,6 +169,44 @@ def test_truncation_error_decreases_with_cutoff():
     assert errs[2] < 0.01, errs
 
 
+def test_far_field_sums_match_exact_sums_of_uniform_nodes():
+    """Mean-field sums beyond rho ~ the plain sums over the actual far nodes (numpy loop)."""
+    xy = _network(800, seed=8, side=430.0)
+    rho = np.where(np.arange(800) % 2 == 0, 50.0, 120.0)
+    t1, t2 = (np.asarray(t, float) for t in far_field_sums(xy, rho, P))
+    e1, e2 = np.empty(800), np.empty(800)
+    for i in range(800):
+        d = np.hypot(*(xy - xy[i]).T)
+        c = received_power_scale(d[d > rho[i]], P)
+        e1[i], e2[i] = np.log(c.sum()), np.log((c * c).sum())
+    # a density, not the sample: the mean log error is the placement's luck (|.| <= 0.02 over
+    # seeds 0-3 and 8), the spread the receivers' (0.06-0.09; 0.12-0.17 for c^2); a wrong
+    # factor or exponent in the integral would be off by >= 0.5
+    assert abs(np.mean(t1 - e1)) < 0.05 and np.std(t1 - e1) < 0.15
+    assert abs(np.mean(t2 - e2)) < 0.1 and np.std(t2 - e2) < 0.3
+    # a hand-computed case: receiver at the centre of a square of half-side a, c = c1 r^-3:
+    # lambda c1 int_0^2pi (1/rho - 1/L(theta)) dtheta = lambda c1 (2 pi / rho - 4 sqrt(2) / a)
+    a, rho = 500.0, 20.0
+    axis = np.linspace(-a, a, 201)
+    grid = np.stack(np.meshgrid(axis, axis), -1).reshape(-1, 2)
+    t1c, _ = far_field_sums(grid, rho, P)
+    lam, c1 = (len(grid) - 1) / (2 * a) ** 2, received_power_scale(np.ones(1), P)[0]
+    want = lam * c1 * (2 * np.pi / rho - 4 * np.sqrt(2) / a)
+    assert abs(float(t1c[len(grid) // 2]) - np.log(want)) < 1e-4
+
+
+def test_mean_field_tail_reduces_truncation_error():
+    xy = _network(300, seed=5, side=260.0)
+    idx, mask = candidate_neighbors(xy, k=10)
+    full = np.asarray(sparse_error_probability(xy, idx, mask, 5.0, P))
+    for mode in ({"interference": "radius", "cutoff": 40.0},
+                 {"interference": "nearest", "num_interferers": 30}):  # fmt: skip
+        cut = np.asarray(sparse_error_probability(xy, idx, mask, 5.0, P, **mode))
+        mean = np.asarray(sparse_error_probability(xy, idx, mask, 5.0, P, tail="mean", **mode))
+        e_cut, e_mean = np.abs(cut - full)[mask], np.abs(mean - full)[mask]
+        assert e_mean.mean() < 0.2 * e_cut.mean() and e_mean.max() < 0.3 * e_cut.max(), mode
+
+
 def test_monte_carlo_of_truncated_links():
     """1 - success rate of the log-normal Monte Carlo over exactly R_i \\ {j} ~ P_err."""
     xy = _network(90, seed=6)
@@ -221,6 +260,8 @@ def test_candidate_bad_arguments(kwargs, name):
         ({"interference": "nearest", "num_interferers": 6}, "num_interferers"),
         ({"num_interferers": 3}, "num_interferers"),
         ({"moments": "wrong"}, "moments"),
+        ({"tail": "mean"}, "tail"),
+        ({"interference": "radius", "cutoff": 10.0, "tail": "far"}, "tail"),
         ({"params": {"area_m": 1}}, "params"),
         ({"num_nodes": 1}, "num_nodes"),
     ],
