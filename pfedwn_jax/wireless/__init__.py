@@ -28,6 +28,8 @@ from pfedwn_jax.wireless.perr import (
 from pfedwn_jax.wireless.selection import select_neighbors
 from pfedwn_jax.wireless.sparse_perr import (
     CUTOFF_MODES,
+    TAIL_MODES,
+    far_field_sums,
     interferer_sets,
     sparse_error_probability,
 )
@@ -38,10 +40,12 @@ __all__ = [
     "INTERFERENCE_MODES",
     "MOMENT_MODES",
     "SPEED_OF_LIGHT",
+    "TAIL_MODES",
     "ChannelParams",
     "best_channel_moments",
     "candidate_neighbors",
     "error_probability",
+    "far_field_sums",
     "interference_ccdf",
     "interference_ratios",
     "interferer_moments",
