@@ -199,7 +199,7 @@ def test_mean_field_tail_reduces_truncation_error():
     xy = _network(300, seed=5, side=260.0)
     idx, mask = candidate_neighbors(xy, k=10)
     full = np.asarray(sparse_error_probability(xy, idx, mask, 5.0, P))
-    for mode in ({"interference": "radius", "cutoff": 40.0},
+    for mode in ({"interference": "radius", "cutoff": 60.0},
                  {"interference": "nearest", "num_interferers": 30}):  # fmt: skip
         cut = np.asarray(sparse_error_probability(xy, idx, mask, 5.0, P, **mode))
         mean = np.asarray(sparse_error_probability(xy, idx, mask, 5.0, P, tail="mean", **mode))
