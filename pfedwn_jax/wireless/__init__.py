@@ -27,6 +27,7 @@ from pfedwn_jax.wireless.links import (
 )
 from pfedwn_jax.wireless.mobility import GaussianWalk, RandomWaypoint
 from pfedwn_jax.wireless.montecarlo import INTERFERENCE_MODES, simulate_links
+from pfedwn_jax.wireless.neighbors import candidate_neighbors
 from pfedwn_jax.wireless.params import SPEED_OF_LIGHT, ChannelParams
 from pfedwn_jax.wireless.perr import (
     error_probability,
@@ -35,24 +36,36 @@ from pfedwn_jax.wireless.perr import (
     power_ratio_matrix,
 )
 from pfedwn_jax.wireless.selection import select_neighbors
+from pfedwn_jax.wireless.sparse_perr import (
+    CUTOFF_MODES,
+    TAIL_MODES,
+    far_field_sums,
+    interferer_sets,
+    sparse_error_probability,
+)
 from pfedwn_jax.wireless.topology import place_network, place_uniform, sample_ppp, topology_keys
 
 __all__ = [
+    "CUTOFF_MODES",
     "INTERFERENCE_MODES",
     "LINK_MODELS",
     "MOMENT_MODES",
     "SPEED_OF_LIGHT",
+    "TAIL_MODES",
     "ChannelParams",
     "GaussianWalk",
     "LinkAge",
     "RandomWaypoint",
     "bernoulli_received",
     "best_channel_moments",
+    "candidate_neighbors",
     "check_link_model",
     "error_probability",
+    "far_field_sums",
     "interference_ccdf",
     "interference_ratios",
     "interferer_moments",
+    "interferer_sets",
     "link_geometry",
     "log_noise_power",
     "lognormal_from_moments",
@@ -67,6 +80,7 @@ __all__ = [
     "sample_ppp",
     "select_neighbors",
     "simulate_links",
+    "sparse_error_probability",
     "threshold_moments",
     "topology_keys",
     "transmit_probability",

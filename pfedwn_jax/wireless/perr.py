@@ -123,12 +123,32 @@ moment_coefficients = jax.jit(_moments_impl, static_argnames="moments")
 
 
 def _perr_impl(links: Links, params: ChannelParams, m1: Any, var1: Any, num_nodes: int) -> Any:
-    dtype = links.target.dtype
     _, log_c, rel = link_geometry(links.target, links.neighbor, links.valid, params)
     mu, s2, has_intf = interference_lognormal(rel, m1, var1)
+    return perr_from_lognormal(
+        log_c, (mu, s2, has_intf), links.gamma_th[..., None], links.valid, params, num_nodes
+    )
+
+
+def perr_from_lognormal(
+    log_c: Any,
+    interference: tuple[Any, Any, Any],
+    gamma_th: Any,
+    valid: Any,
+    params: ChannelParams,
+    num_nodes: int,
+) -> Any:
+    """P_err [...] of links with ln c_s `log_c` [...] and interference I_s / c_s log-normal.
+
+    `interference` is `(mu, sigma^2, has)` [...] of I_s / c_s (`lognormal_from_moments`);
+    `gamma_th` broadcasts against `log_c`; invalid links get 1. Shared by the dense path
+    (every other node interferes) and `sparse_error_probability` (truncated interferer sets).
+    """
+    mu, s2, has_intf = interference
+    dtype = log_c.dtype
     sigma = jnp.sqrt(jnp.maximum(s2, jnp.finfo(dtype).tiny))
     gamma = params.rayleigh_gamma
-    g = links.gamma_th[..., None]
+    g = gamma_th
     # log-normal location relative to B = c_s Gamma / gamma_th, and kappa = sigma_n^2 / B.
     m = mu - jnp.log(gamma / g)
     kappa = jnp.exp(log_noise_power(params) + jnp.log(g) - jnp.log(gamma) - log_c)
@@ -159,7 +179,7 @@ def _perr_impl(links: Links, params: ChannelParams, m1: Any, var1: Any, num_node
         integrand, jnp.where(has_intf, lo, 0.0), jnp.where(has_intf, hi, 0.0), num_nodes, dtype
     ) * (inv * _INV_SQRT_2PI)
     perr = jnp.where(has_intf, p_noise + jnp.exp(-kappa) * (closed - quad), p_noise)
-    return jnp.where(links.valid, jnp.clip(perr, 0.0, 1.0), 1.0)
+    return jnp.where(valid, jnp.clip(perr, 0.0, 1.0), 1.0)
 
 
 _perr_jit = jax.jit(_perr_impl, static_argnames="num_nodes")
