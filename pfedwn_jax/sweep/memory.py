@@ -120,13 +120,13 @@ _PARTS = {
 
 
 def format_bytes(n: int) -> str:
-    """`n` bytes as text in binary units: `512 B`, `1.5 KiB`, `2.25 GiB`."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            return f"{int(value)} B" if unit == "B" else f"{value:.3g} {unit}"
+    """`n` bytes as text in binary units, 4 significant digits: `512 B`, `1.5 KiB`, `3 TiB`."""
+    value, units = float(n), ("B", "KiB", "MiB", "GiB", "TiB")
+    for unit in units[:-1]:
+        if abs(value) < 1024:
+            return f"{value:.4g} {unit}"
         value /= 1024
-    raise AssertionError  # unreachable
+    return f"{value:.4g} {units[-1]}"
 
 
 def tree_bytes(tree: Any) -> int:
@@ -359,12 +359,16 @@ _PHASES: dict[str, Callable[[_Sizes, Any], list[_Phase]]] = {
 
 
 # --------------------------------------------------------------------------- estimate
+def _concrete(x: Any) -> bool:
+    """`x` holds values (an array), not only a shape (`ShapeDtypeStruct`, tracer)."""
+    return not isinstance(x, jax.ShapeDtypeStruct) and is_concrete(x)
+
+
 def _abstract_state(alg: Algorithm, hp: Any, ctx: RoundContext) -> Any:
     """`alg.init`'s state as `ShapeDtypeStruct`s. A context of concrete arrays is closed over
     (so pFedWN lists only the real EM pairs); an abstract one is traced."""
     key = jax.random.PRNGKey(0)
-    leaves = jax.tree_util.tree_leaves(ctx)
-    if all(is_concrete(leaf) for leaf in leaves):
+    if all(_concrete(leaf) for leaf in jax.tree_util.tree_leaves(ctx)):
         return jax.eval_shape(lambda k: alg.init(k, ctx, hp), key)
     return jax.eval_shape(lambda k, c: alg.init(k, c, hp), key, ctx)
 
@@ -372,7 +376,7 @@ def _abstract_state(alg: Algorithm, hp: Any, ctx: RoundContext) -> Any:
 def _epoch_steps(ctx: RoundContext) -> int:
     """Steps of one local epoch of the busiest slot (padded length when counts are abstract)."""
     count, dc = ctx.train.count, ctx.data_client
-    if is_concrete(count) and is_concrete(dc):
+    if _concrete(count) and _concrete(dc):
         busiest = int(np.asarray(count)[np.asarray(dc)].max(initial=0))
     else:
         busiest = int(ctx.train.y.shape[1])
