@@ -9,15 +9,16 @@ bytes of one run of one method (one compiled round of `experiment.runner`):
   counted once per program when the runs share the partition (`shared_data=True`), else per
   run;
 - the round's temporaries, phase by phase (local training, evaluation, pFedWN's EM,
-  Per-FedAvg's adaptation), the largest phase counted: copies of the models a phase holds
-  (`algorithm`: the aggregated models, FedProx's anchor, FedAMP's cloud models, pFedWN's EM
-  components, ...) plus activations (`activations`): `chunk` slots trained at once, each
-  `batch x` the model's per-sample bytes, and the evaluation's chunk of samples.
+  Per-FedAvg's adaptation): the model copies of the phase holding the most (`algorithm`: the
+  aggregated models, FedProx's anchor, FedAMP's cloud models, pFedWN's EM components, ...)
+  plus the activations of every phase (`activations`: `chunk` slots trained at once, each
+  `batch x` the model's training bytes per sample; the evaluation's chunk of samples; ...).
+  Activations add up because XLA does not always reuse one loop's buffers in the next.
 
 The model's bytes per sample come from a liveness pass over the jaxpr of one training step
-(forward and backward) and of the forward pass, traced at batch 1 and 2: the peak of the
+(forward and backward) and of the forward pass, traced at batch 2 and 4: the peak of the
 live values that grow with the batch. XLA fuses and reuses buffers, so the estimate is an
-upper-side approximation; `docs/memory.md` compares it with XLA's own numbers.
+approximation, 0.6-2.2x of XLA's own numbers in `docs/memory.md`.
 
 `plan(num_runs, est, devices=...)` then picks the runs per compiled program that fit
 `fraction` of each device's free memory (`available_bytes`), or raises a `ValueError` that
@@ -62,13 +63,14 @@ class MemoryEstimate:
     Attributes:
       params: the slots' parameters `[S, ...]`.
       optimizer: the slots' optimizer state.
-      algorithm: the algorithm's own state plus the model copies of its largest round phase.
+      algorithm: the algorithm's own state plus the model copies of the round phase
+        holding the most.
       data: the run's own data (0 when the runs of a program share it: see `shared`).
-      activations: temporaries of the largest round phase (training / evaluation chunks).
+      activations: the round phases' other temporaries (training / evaluation chunks).
       shared: bytes held once per program whatever the number of runs (shared data).
       slots: `S`, model slots of the run.
       chunk: slots trained at once.
-      phase: the round phase with the largest temporaries.
+      phase: the round phase with the largest temporaries (copies and activations).
       method: the algorithm's name.
     """
 
@@ -346,7 +348,7 @@ def _pfedwn(sz: _Sizes, hp: Any) -> list[_Phase]:
     epochs = getattr(hp, "component_epochs", 1)
     em_eval = _evaluation(sz, p, sz.m_train, "pFedWN EM")
     em_train = _training(sz, p, sz.epoch_steps * epochs, "pFedWN EM")
-    em = _Phase("pFedWN EM", held, max(em_eval.activations, em_train.activations))
+    em = _Phase("pFedWN EM", held, em_eval.activations + em_train.activations)
     return [*phases, em]
 
 
@@ -447,14 +449,16 @@ def estimate(
         params, optimizer = sz.slots * sz.param, sz.slots * sz.opt
     own_state = max(0, tree_bytes(state) - params - optimizer)
     phases = _PHASES.get(alg.name, _baseline)(sz, hp)
+    # copies: those of the phase holding the most; activations: every phase's, since XLA
+    # does not always reuse one loop's buffers in the next (measured on the CPU)
     peak = max(phases, key=lambda ph: ph.copies + ph.activations)
     data = tree_bytes(ctx) + tree_bytes(test)
     return MemoryEstimate(
         params=params,
         optimizer=optimizer,
-        algorithm=own_state + peak.copies,
+        algorithm=own_state + max(ph.copies for ph in phases),
         data=0 if shared_data else data,
-        activations=peak.activations,
+        activations=sum(ph.activations for ph in phases),
         shared=data if shared_data else 0,
         slots=sz.slots,
         chunk=_chunk_of(chunk, sz.slots),
