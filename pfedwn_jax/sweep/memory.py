@@ -18,7 +18,8 @@ bytes of one run of one method (one compiled round of `experiment.runner`):
 The model's bytes per sample come from a liveness pass over the jaxpr of one training step
 (forward and backward) and of the forward pass, traced at batch 2 and 4: the peak of the
 live values that grow with the batch. XLA fuses and reuses buffers, so the estimate is an
-approximation, 0.6-2.2x of XLA's own numbers in `docs/memory.md`.
+approximation: 0.9-1.35x of XLA's own numbers for the configurations in `docs/memory.md`
+(up to 2.2x for a tiny LogReg one, whose float conversion XLA fuses away).
 
 `plan(num_runs, est, devices=...)` then picks the runs per compiled program that fit
 `fraction` of each device's free memory (`available_bytes`), or raises a `ValueError` that
@@ -41,6 +42,7 @@ from jax.extend import core as jcore
 
 from pfedwn_jax._checks import check_float, check_int, is_concrete
 from pfedwn_jax.algorithms import Algorithm, RoundContext, get_algorithm, make_hparams
+from pfedwn_jax.algorithms.perfedavg import EVAL_CHUNK as PERFEDAVG_EVAL_CHUNK
 from pfedwn_jax.data import ClientData
 from pfedwn_jax.data.batching import steps_per_epoch
 from pfedwn_jax.engine import ClientState, per_sample_ce, resolve_strategy, weighted_ce
@@ -51,8 +53,6 @@ from pfedwn_jax.models import Model
 _SCHEDULE_BYTES = 5
 # Per-FedAvg's meta-gradient: gradients per step (first-order 2, Hessian-free 3)
 _PERFEDAVG_GRADS = {"fo": 2, "hf": 3}
-# Per-FedAvg's evaluation: samples per chunk of its full-batch gradient (perfedavg.EVAL_CHUNK)
-_PERFEDAVG_EVAL_CHUNK = 256
 
 
 # --------------------------------------------------------------------------- the estimate
@@ -325,7 +325,7 @@ def _perfedavg(sz: _Sizes, hp: Any) -> list[_Phase]:
     (`vmap` over S of a full-batch gradient in chunks of max(B, 256) samples)."""
     grads = _PERFEDAVG_GRADS.get(getattr(hp, "variant", "fo"), 2)
     train = _training(sz, sz.slots, sz.steps, "local training (meta-gradient)", grads)
-    adapt = min(sz.m_train, max(sz.batch, _PERFEDAVG_EVAL_CHUNK))
+    adapt = min(sz.m_train, max(sz.batch, PERFEDAVG_EVAL_CHUNK))
     evaluation = _evaluation(sz, sz.slots, sz.m_test, "evaluation", 2 * sz.slots * sz.param)
     adaptation = _Phase(
         "evaluation (one-step adaptation)",
@@ -543,7 +543,10 @@ def plan(
 _ADVICE = {
     "params": "fewer clients/nodes or a smaller model",
     "optimizer": "plain SGD (momentum=0) keeps no optimizer state; or fewer clients/nodes",
-    "algorithm": "fewer clients/nodes (fewer neighbor links for pFedWN's EM) or another method",
+    "algorithm": (
+        "fewer clients/nodes or samples per client (pFedWN's EM holds [S, S, samples] "
+        "arrays; FedProx, FedAMP, Per-FedAvg copies of every model), or another method"
+    ),
     "data": "fewer or smaller clients, or runs sharing one partition (shared_data=True)",
     "activations": "a smaller batch size or fewer slots trained at once (chunk)",
 }
