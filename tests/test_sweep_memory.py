@@ -163,6 +163,19 @@ def test_pfedwn_counts_its_state_and_em_pairs(exp):
     assert estimate(shapes, test, "fedavg") == estimate(exp.ctx, exp.test, "fedavg")
 
 
+def test_perfedavg_adaptation_only_with_alpha(exp):
+    """Per-FedAvg adapts (and holds 2 S extra models) only when alpha > 0; Hessian-free
+    steps take 3 passes instead of 2."""
+    hp = get_algorithm("perfedavg").hparams
+    adapted = estimate(exp.ctx, exp.test, "perfedavg", hp(alpha=0.01))
+    held = estimate(exp.ctx, exp.test, "perfedavg", hp(alpha=0.0))
+    assert adapted.phase == "evaluation (one-step adaptation)" and held.phase != adapted.phase
+    # 2 S models while adapting against S new models while training: S more
+    assert adapted.algorithm - held.algorithm == adapted.params
+    hf = estimate(exp.ctx, exp.test, "perfedavg", hp(alpha=0.0, variant="hf"))
+    assert hf.activations > held.activations
+
+
 # --------------------------------------------------------------------------- liveness
 def test_growth_hand_computed():
     """`sum(tanh(2 x))`, x `[b, 10]` float32: x (40 B per sample, live throughout), `2 x`

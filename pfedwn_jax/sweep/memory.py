@@ -321,12 +321,15 @@ def _fedamp(sz: _Sizes, hp: Any) -> list[_Phase]:
 
 
 def _perfedavg(sz: _Sizes, hp: Any) -> list[_Phase]:
-    """Per-FedAvg: 2 (FO) or 3 (HF) passes per step; its evaluation adapts every slot at once
-    (`vmap` over S of a full-batch gradient in chunks of max(B, 256) samples)."""
+    """Per-FedAvg: 2 (FO) or 3 (HF) passes per step; with `alpha > 0` its evaluation adapts
+    every slot at once (`vmap` over S of a full-batch gradient in chunks of max(B, 256)
+    samples): adapted models and their gradients."""
     grads = _PERFEDAVG_GRADS.get(getattr(hp, "variant", "fo"), 2)
     train = _training(sz, sz.slots, sz.steps, "local training (meta-gradient)", grads)
+    evaluation = _evaluation(sz, sz.slots, sz.m_test, "evaluation")
+    if getattr(hp, "alpha", 1.0) == 0:  # evaluated with the held models
+        return [train, evaluation]
     adapt = min(sz.m_train, max(sz.batch, PERFEDAVG_EVAL_CHUNK))
-    evaluation = _evaluation(sz, sz.slots, sz.m_test, "evaluation", 2 * sz.slots * sz.param)
     adaptation = _Phase(
         "evaluation (one-step adaptation)",
         2 * sz.slots * sz.param,
