@@ -1,0 +1,1 @@
+"""Sweeps: many runs of an experiment in one compiled program (see docs/memory.md)."""

@@ -1,0 +1,570 @@
+"""The memory plan of a sweep: device bytes of one run, and how many runs fit in one program.
+
+`estimate(ctx, test, alg, hp)` counts, without allocating or compiling anything, the device
+bytes of one run of one method (one compiled round of `experiment.runner`):
+
+- state (exact, from `jax.eval_shape` of `alg.init`): the slots' parameters, their optimizer
+  state and the algorithm's own state (pFedWN's `pi`, `pi_trace`, EM pairs, ...);
+- data (exact, from the array shapes): the training and test splits and the context's arrays,
+  counted once per program when the runs share the partition (`shared_data=True`), else per
+  run;
+- the round's temporaries, phase by phase (local training, evaluation, pFedWN's EM,
+  Per-FedAvg's adaptation): the model copies of the phase holding the most (`algorithm`: the
+  aggregated models, FedProx's anchor, FedAMP's cloud models, pFedWN's EM components, ...)
+  plus the activations of every phase (`activations`: `chunk` slots trained at once, each
+  `batch x` the model's training bytes per sample; the evaluation's chunk of samples; ...).
+  Activations add up because XLA does not always reuse one loop's buffers in the next.
+
+The model's bytes per sample come from a liveness pass over the jaxpr of one training step
+(forward and backward) and of the forward pass, traced at batch 2 and 4: the peak of the
+live values that grow with the batch. XLA fuses and reuses buffers, so the estimate is an
+approximation: 0.9-1.35x of XLA's own numbers for the configurations in `docs/memory.md`
+(up to 2.2x for a tiny LogReg one, whose float conversion XLA fuses away).
+
+`plan(num_runs, est, devices=...)` then picks the runs per compiled program that fit
+`fraction` of each device's free memory (`available_bytes`), or raises a `ValueError` that
+says what one run needs, what is available, and what to reduce.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.extend import core as jcore
+
+from pfedwn_jax._checks import check_float, check_int, is_concrete
+from pfedwn_jax.algorithms import Algorithm, RoundContext, get_algorithm, make_hparams
+from pfedwn_jax.algorithms.perfedavg import EVAL_CHUNK as PERFEDAVG_EVAL_CHUNK
+from pfedwn_jax.data import ClientData
+from pfedwn_jax.data.batching import steps_per_epoch
+from pfedwn_jax.engine import ClientState, per_sample_ce, resolve_strategy, weighted_ce
+from pfedwn_jax.engine.evaluate import _EVAL_SAMPLES_PER_CHUNK
+from pfedwn_jax.models import Model
+
+# bytes per minibatch entry of the schedule `slot_batches` draws: int32 index + bool mask
+_SCHEDULE_BYTES = 5
+# Per-FedAvg's meta-gradient: gradients per step (first-order 2, Hessian-free 3)
+_PERFEDAVG_GRADS = {"fo": 2, "hf": 3}
+
+
+# --------------------------------------------------------------------------- the estimate
+@dataclasses.dataclass(frozen=True)
+class MemoryEstimate:
+    """Device bytes of one run of one method (see the module docstring).
+
+    Attributes:
+      params: the slots' parameters `[S, ...]`.
+      optimizer: the slots' optimizer state.
+      algorithm: the algorithm's own state plus the model copies of the round phase
+        holding the most.
+      data: the run's own data (0 when the runs of a program share it: see `shared`).
+      activations: the round phases' other temporaries (training / evaluation chunks).
+      shared: bytes held once per program whatever the number of runs (shared data).
+      slots: `S`, model slots of the run.
+      chunk: slots trained at once.
+      phase: the round phase with the largest temporaries (copies and activations).
+      method: the algorithm's name.
+    """
+
+    params: int
+    optimizer: int
+    algorithm: int
+    data: int
+    activations: int
+    shared: int
+    slots: int = 0
+    chunk: int = 1
+    phase: str = ""
+    method: str = ""
+
+    @property
+    def per_run(self) -> int:
+        """Bytes that grow with each run in a program (everything but `shared`)."""
+        return self.params + self.optimizer + self.algorithm + self.data + self.activations
+
+    def total(self, runs: int = 1) -> int:
+        """Bytes of a program holding `runs` runs: `shared + runs * per_run`."""
+        return self.shared + check_int("runs", runs, 0) * self.per_run
+
+    def largest(self) -> str:
+        """The name of the largest per-run part (`"params"`, ..., `"activations"`)."""
+        parts = {name: getattr(self, name) for name in _PARTS}
+        return max(parts, key=parts.__getitem__)
+
+    def describe(self) -> str:
+        """A readable breakdown, one part per line."""
+        head = f"memory of one run of {self.method or 'a method'}"
+        lines = [f"{head} ({self.slots} slots, {self.chunk} trained at once):"]
+        for name, what in _PARTS.items():
+            lines.append(f"  {name:<12}{format_bytes(getattr(self, name)):>11}  {what}")
+        lines.append(f"  {'per run':<12}{format_bytes(self.per_run):>11}")
+        lines.append(f"  {'shared':<12}{format_bytes(self.shared):>11}  once per program")
+        if self.phase:
+            lines.append(f"  largest temporaries in: {self.phase}")
+        return "\n".join(lines)
+
+
+_PARTS = {
+    "params": "slot parameters",
+    "optimizer": "optimizer state",
+    "algorithm": "algorithm state and model copies",
+    "data": "data of this run",
+    "activations": "training/evaluation temporaries",
+}
+
+
+def format_bytes(n: int) -> str:
+    """`n` bytes as text in binary units, 4 significant digits: `512 B`, `1.5 KiB`, `3 TiB`."""
+    value, units = float(n), ("B", "KiB", "MiB", "GiB", "TiB")
+    for unit in units[:-1]:
+        if abs(value) < 1024:
+            return f"{value:.4g} {unit}"
+        value /= 1024
+    return f"{value:.4g} {units[-1]}"
+
+
+def tree_bytes(tree: Any) -> int:
+    """Bytes of every array leaf of `tree` (arrays or `jax.ShapeDtypeStruct`s)."""
+    return sum(_leaf_bytes(leaf) for leaf in jax.tree_util.tree_leaves(tree))
+
+
+def _leaf_bytes(leaf: Any) -> int:
+    shape, dtype = np.shape(leaf), getattr(leaf, "dtype", None)
+    if dtype is None:
+        dtype = np.asarray(leaf).dtype
+    return math.prod(shape) * np.dtype(dtype).itemsize
+
+
+# --------------------------------------------------------------------------- bytes per sample
+class _Mismatch(Exception):
+    """The jaxprs at batch 1 and 2 differ in structure (the model branches on the batch)."""
+
+
+def _var_bytes(v: Any) -> int:
+    aval = getattr(v, "aval", None)
+    if aval is None or not hasattr(aval, "shape"):
+        return 0
+    return math.prod(aval.shape) * np.dtype(aval.dtype).itemsize
+
+
+def _twins(vs1: Any, vs2: Any) -> list[tuple[Any, Any]]:
+    """Pairs `(v1, v2)` of the same position; `vs1=None` pairs every `v2` with None."""
+    if vs1 is None:
+        return [(None, v) for v in vs2]
+    if len(vs1) != len(vs2):
+        raise _Mismatch
+    return list(zip(vs1, vs2, strict=True))
+
+
+def _growth_bytes(v1: Any, v2: Any) -> int:
+    """Bytes by which `v2` outgrows its twin `v1` (all of `v2` when `v1` is None)."""
+    return max(0, _var_bytes(v2) - (_var_bytes(v1) if v1 is not None else 0))
+
+
+def _sum_growth(vs1: Any, vs2: Any) -> int:
+    return sum(_growth_bytes(a, b) for a, b in _twins(vs1, vs2))
+
+
+def _get(obj: Any, name: str) -> Any:
+    return None if obj is None else getattr(obj, name)
+
+
+def _live_peak(j1: Any, j2: Any) -> int:
+    """Peak over the equations of jaxpr `j2` of the live bytes, counting each value by how
+    much it outgrows its twin in `j1` (the same program at a smaller batch; `None`: all of it).
+
+    A value is live from the equation that defines it (inputs: from the start) to its last
+    use; a nested jaxpr (jit, scan body, custom derivative) adds its own peak while it runs.
+    """
+    eqns = _twins(_get(j1, "eqns"), j2.eqns)
+    last = {v: i for i, (_, e) in enumerate(eqns) for v in e.invars if isinstance(v, jcore.Var)}
+    last.update({v: len(eqns) for v in j2.outvars if isinstance(v, jcore.Var)})
+    inputs = set(j2.invars)
+    live = peak = _sum_growth(_get(j1, "invars"), j2.invars)
+    for i, (e1, e2) in enumerate(eqns):
+        out = _sum_growth(_get(e1, "outvars"), e2.outvars)
+        peak = max(peak, live + max(out, _nested_peak(e1, e2)))
+        live += out
+        used = {b: a for a, b in _twins(_get(e1, "invars"), e2.invars) if isinstance(b, jcore.Var)}
+        dead = [(a, b) for b, a in used.items() if last[b] == i and b not in inputs]
+        dead += [(a, b) for a, b in _twins(_get(e1, "outvars"), e2.outvars) if b not in last]
+        live -= sum(_growth_bytes(a, b) for a, b in dead)
+    return peak
+
+
+def _nested_peak(e1: Any, e2: Any) -> int:
+    """The largest peak of equation `e2`'s nested jaxprs, beyond their inputs."""
+    subs2 = list(jcore.jaxprs_in_params(e2.params))
+    subs1 = None if e1 is None else list(jcore.jaxprs_in_params(e1.params))
+    peaks = [
+        _live_peak(s1, s2) - _sum_growth(_get(s1, "invars"), s2.invars)
+        for s1, s2 in _twins(subs1, subs2)
+    ]
+    return max(peaks, default=0)
+
+
+def _growth(fn: Callable[..., Any], args_at: Callable[[int], tuple]) -> int:
+    """Peak live bytes per unit of batch of `fn(*args_at(b))` (see `_live_peak`), from the
+    programs at batch 2 and 4 (batch 1 is no twin: JAX drops some size-1 broadcasts)."""
+    j2, j4 = (jax.make_jaxpr(fn)(*args_at(b)).jaxpr for b in (2, 4))
+    try:
+        return -(-_live_peak(j2, j4) // 2)
+    except _Mismatch:  # the structure changes with the batch: difference of the two peaks
+        return max(0, -(-(_live_peak(None, j4) - _live_peak(None, j2)) // 2))
+
+
+@functools.lru_cache(maxsize=32)
+def sample_bytes(model: Model) -> tuple[int, int]:
+    """`(train, forward)`: peak bytes per sample of one training step (value and gradient of
+    the minibatch cross-entropy) and of one forward pass with per-sample losses.
+
+    Traced only (`jax.make_jaxpr` on abstract inputs): nothing is allocated or compiled.
+    """
+    params = jax.eval_shape(model.init, jax.random.PRNGKey(0))
+
+    def args_at(b: int) -> tuple:
+        x = jax.ShapeDtypeStruct((b, *model.input_shape), jnp.uint8)
+        return (
+            params,
+            x,
+            jax.ShapeDtypeStruct((b,), jnp.int32),
+            jax.ShapeDtypeStruct((b,), jnp.float32),
+        )
+
+    loss = lambda p, x, y, w: weighted_ce(model.apply(p, x), y, w, jnp.sum(w))
+    forward = lambda p, x, y, w: per_sample_ce(model.apply(p, x), y)
+    return _growth(jax.value_and_grad(loss), args_at), _growth(forward, args_at)
+
+
+# --------------------------------------------------------------------------- round phases
+class _Sizes(NamedTuple):
+    """What the phases of a round are made of (bytes unless said otherwise)."""
+
+    slots: int  # S
+    pairs: int  # pFedWN's EM (target, neighbor) pairs
+    param: int  # one slot's parameters
+    opt: int  # one slot's optimizer state
+    batch: int  # B
+    epoch_steps: int  # steps of one local epoch of the busiest slot
+    steps: int  # local steps per round
+    m_train: int  # padded samples per client, training split
+    m_test: int  # padded samples per client, test split
+    chunk: int | None  # slots trained at once (None: the engine's "auto" choice)
+    train_sample: int  # one training step, per sample
+    eval_sample: int  # one forward pass with losses, per sample
+
+
+class _Phase(NamedTuple):
+    """One phase of a round: model copies it holds and its other temporaries (bytes)."""
+
+    name: str
+    copies: int
+    activations: int
+
+
+def _chunk_of(chunk: int | None, models: int) -> int:
+    """Models trained at once out of `models` (the engine's strategy for `chunk=None`)."""
+    if chunk is None:
+        return resolve_strategy("auto", None, models)[1]
+    return min(chunk, models)
+
+
+def _training(sz: _Sizes, models: int, steps: int, name: str, grads: int = 1) -> _Phase:
+    """Local training of `models` models: the round's new models; per model trained at once
+    a minibatch through `grads` forward-backward passes and its new parameters and optimizer
+    state (XLA writes the update into the gradient's buffer); the `[models, steps, B]`
+    schedule."""
+    per_model = grads * sz.batch * sz.train_sample + sz.param + sz.opt
+    schedule = models * steps * sz.batch * _SCHEDULE_BYTES
+    return _Phase(name, models * sz.param, _chunk_of(sz.chunk, models) * per_model + schedule)
+
+
+def _evaluation(sz: _Sizes, pairs: int, samples: int, name: str, copies: int = 0) -> _Phase:
+    """`cross_evaluate` of `pairs` (model, client) pairs on `samples` padded samples: a chunk
+    of pairs (and the remainder) through the forward pass, `[pairs, samples]` losses and
+    correctness."""
+    at_once = min(pairs, max(1, _EVAL_SAMPLES_PER_CHUNK // max(samples, 1)))
+    at_once += pairs % at_once  # lax.map's remainder runs as one more batch
+    return _Phase(name, copies, at_once * samples * sz.eval_sample + pairs * samples * 8)
+
+
+def _plus(phase: _Phase, copies: int) -> _Phase:
+    return phase._replace(copies=phase.copies + copies)
+
+
+def _baseline(sz: _Sizes, hp: Any) -> list[_Phase]:
+    """Local, FedAvg and any algorithm without an entry of its own: train, evaluate."""
+    return [
+        _training(sz, sz.slots, sz.steps, "local training"),
+        _evaluation(sz, sz.slots, sz.m_test, "evaluation"),
+    ]
+
+
+def _fedprox(sz: _Sizes, hp: Any) -> list[_Phase]:
+    """FedProx: the anchor (round-start models) stays live through training."""
+    train, evaluation = _baseline(sz, hp)
+    return [_plus(train, sz.slots * sz.param), evaluation]
+
+
+def _fedamp(sz: _Sizes, hp: Any) -> list[_Phase]:
+    """FedAMP: the cloud models `u`, the `[S, S]` distances and attention weights."""
+    train, evaluation = _baseline(sz, hp)
+    return [_plus(train, sz.slots * sz.param + 2 * 4 * sz.slots**2), evaluation]
+
+
+def _perfedavg(sz: _Sizes, hp: Any) -> list[_Phase]:
+    """Per-FedAvg: 2 (FO) or 3 (HF) passes per step; with `alpha > 0` its evaluation adapts
+    every slot at once (`vmap` over S of a full-batch gradient in chunks of max(B, 256)
+    samples): adapted models and their gradients."""
+    grads = _PERFEDAVG_GRADS.get(getattr(hp, "variant", "fo"), 2)
+    train = _training(sz, sz.slots, sz.steps, "local training (meta-gradient)", grads)
+    evaluation = _evaluation(sz, sz.slots, sz.m_test, "evaluation")
+    if getattr(hp, "alpha", 1.0) == 0:  # evaluated with the held models
+        return [train, evaluation]
+    adapt = min(sz.m_train, max(sz.batch, PERFEDAVG_EVAL_CHUNK))
+    adaptation = _Phase(
+        "evaluation (one-step adaptation)",
+        2 * sz.slots * sz.param,
+        max(sz.slots * adapt * sz.train_sample, evaluation.activations),
+    )
+    return [train, adaptation]
+
+
+def _pfedwn(sz: _Sizes, hp: Any) -> list[_Phase]:
+    """pFedWN: besides training and evaluation, EM over the (target, neighbor) pairs: P
+    component models with optimizer state (scan carry in and out), the `[S, S, n]` losses,
+    responsibilities and masks, `[P, n]` losses and weights; their evaluation on the targets'
+    data and their responsibility-weighted training."""
+    phases = _baseline(sz, hp)
+    p = sz.pairs
+    if p == 0:
+        return phases
+    held = 2 * p * (sz.param + sz.opt) + 3 * 4 * sz.slots**2 * sz.m_train + 12 * p * sz.m_train
+    epochs = getattr(hp, "component_epochs", 1)
+    em_eval = _evaluation(sz, p, sz.m_train, "pFedWN EM")
+    em_train = _training(sz, p, sz.epoch_steps * epochs, "pFedWN EM")
+    em = _Phase("pFedWN EM", held, em_eval.activations + em_train.activations)
+    return [*phases, em]
+
+
+_PHASES: dict[str, Callable[[_Sizes, Any], list[_Phase]]] = {
+    "fedprox": _fedprox,
+    "fedamp": _fedamp,
+    "perfedavg": _perfedavg,
+    "pfedwn": _pfedwn,
+}
+
+
+# --------------------------------------------------------------------------- estimate
+def _concrete(x: Any) -> bool:
+    """`x` holds values (an array), not only a shape (`ShapeDtypeStruct`, tracer)."""
+    return not isinstance(x, jax.ShapeDtypeStruct) and is_concrete(x)
+
+
+def _abstract_state(alg: Algorithm, hp: Any, ctx: RoundContext) -> Any:
+    """`alg.init`'s state as `ShapeDtypeStruct`s. A context of concrete arrays is closed over
+    (so pFedWN lists only the real EM pairs); an abstract one is traced."""
+    key = jax.random.PRNGKey(0)
+    if all(_concrete(leaf) for leaf in jax.tree_util.tree_leaves(ctx)):
+        return jax.eval_shape(lambda k: alg.init(k, ctx, hp), key)
+    return jax.eval_shape(lambda k, c: alg.init(k, c, hp), key, ctx)
+
+
+def _epoch_steps(ctx: RoundContext) -> int:
+    """Steps of one local epoch of the busiest slot (padded length when counts are abstract)."""
+    count, dc = ctx.train.count, ctx.data_client
+    if _concrete(count) and _concrete(dc):
+        busiest = int(np.asarray(count)[np.asarray(dc)].max(initial=0))
+    else:
+        busiest = int(ctx.train.y.shape[1])
+    return steps_per_epoch(busiest, ctx.batch_size)
+
+
+def _sizes(ctx: RoundContext, test: ClientData, state: Any, chunk: int | None) -> _Sizes:
+    model = ctx.model
+    params = jax.eval_shape(model.init, jax.random.PRNGKey(0))
+    train_sample, eval_sample = sample_bytes(model)
+    epoch = _epoch_steps(ctx)
+    pairs = getattr(state, "pair_target", None)
+    return _Sizes(
+        slots=ctx.num_slots,
+        pairs=0 if pairs is None else int(pairs.shape[0]),
+        param=tree_bytes(params),
+        opt=tree_bytes(jax.eval_shape(ctx.optimizer.init, params)),
+        batch=ctx.batch_size,
+        epoch_steps=epoch,
+        steps=ctx.num_steps or epoch * ctx.local_epochs,
+        m_train=int(ctx.train.y.shape[1]),
+        m_test=int(test.y.shape[1]),
+        chunk=chunk,
+        train_sample=train_sample,
+        eval_sample=eval_sample,
+    )
+
+
+def estimate(
+    ctx: RoundContext,
+    test: ClientData,
+    alg: str | Algorithm,
+    hp: Any = None,
+    *,
+    chunk: int | None = None,
+    shared_data: bool = True,
+) -> MemoryEstimate:
+    """Device bytes of one run of `alg` (one compiled round of the runner), without allocating.
+
+    Args:
+      ctx: the experiment's `RoundContext` (`Experiment.ctx`); its arrays may also be
+        `jax.ShapeDtypeStruct`s (then pFedWN counts every slot pair as an EM pair).
+      test: the test split `[N, n_test, ...]` (`Experiment.test`; arrays or shapes).
+      alg: an algorithm or its registered name.
+      hp: its hyperparameters (None: the defaults).
+      chunk: slots trained at once (None: the engine's choice, `engine.resolve_strategy`
+        with "auto": 1 on a CPU, 256 elsewhere, at most S).
+      shared_data: the runs of a program share the data (same partition): count it in
+        `shared`; False (e.g. one data seed per run): in every run's `data`.
+
+    Returns:
+      The `MemoryEstimate`; its `phase` names the round phase with the largest temporaries.
+    """
+    if not isinstance(ctx, RoundContext):
+        raise ValueError(f"ctx must be a RoundContext; got {type(ctx).__name__}")
+    if not isinstance(test, ClientData):
+        raise ValueError(f"test must be a ClientData; got {type(test).__name__}")
+    if chunk is not None:
+        chunk = check_int("chunk", chunk, 1)
+    alg = get_algorithm(alg) if isinstance(alg, str) else alg
+    hp = make_hparams(alg) if hp is None else hp
+    state = _abstract_state(alg, hp, ctx)
+    sz = _sizes(ctx, test, state, chunk)
+    clients = getattr(state, "clients", None)
+    if isinstance(clients, ClientState):
+        params, optimizer = tree_bytes(clients.params), tree_bytes(clients.opt_state)
+    else:  # an algorithm keeping its models some other way: S models with optimizer state
+        params, optimizer = sz.slots * sz.param, sz.slots * sz.opt
+    own_state = max(0, tree_bytes(state) - params - optimizer)
+    phases = _PHASES.get(alg.name, _baseline)(sz, hp)
+    # copies: those of the phase holding the most; activations: every phase's, since XLA
+    # does not always reuse one loop's buffers in the next (measured on the CPU)
+    peak = max(phases, key=lambda ph: ph.copies + ph.activations)
+    data = tree_bytes(ctx) + tree_bytes(test)
+    return MemoryEstimate(
+        params=params,
+        optimizer=optimizer,
+        algorithm=own_state + max(ph.copies for ph in phases),
+        data=0 if shared_data else data,
+        activations=sum(ph.activations for ph in phases),
+        shared=data if shared_data else 0,
+        slots=sz.slots,
+        chunk=_chunk_of(chunk, sz.slots),
+        phase=peak.name,
+        method=alg.name,
+    )
+
+
+# --------------------------------------------------------------------------- the plan
+def _host_available() -> int:
+    """Host memory available to new allocations (psutil, else /proc/meminfo MemAvailable)."""
+    try:
+        import psutil
+    except ImportError:
+        psutil = None
+    if psutil is not None:
+        return int(psutil.virtual_memory().available)
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024  # in kB
+    raise ValueError("cannot tell the free host memory (no psutil, no /proc/meminfo); pass budget")
+
+
+def available_bytes(device: Any = None) -> int:
+    """Free bytes of one device (default: the first of the default backend).
+
+    An accelerator reports its own: `memory_stats()["bytes_limit"] - ["bytes_in_use"]`. CPU
+    devices share the host's memory: the host's available memory split evenly over this
+    process's CPU devices (several after `pfedwn_jax.use_cpu_devices`).
+    """
+    device = jax.devices()[0] if device is None else device
+    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
+    if stats and "bytes_limit" in stats:
+        return max(0, int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)))
+    sharing = len(jax.devices("cpu")) if device.platform == "cpu" else 1
+    return _host_available() // sharing
+
+
+def plan(
+    num_runs: int,
+    est: MemoryEstimate,
+    *,
+    devices: int = 1,
+    budget: int | None = None,
+    fraction: float = 0.8,
+) -> int:
+    """Runs per compiled program: as many as fit, a multiple of `devices`, balanced.
+
+    Each device holds `est.shared` once plus `est.per_run` per run it gets; a program of `r`
+    runs puts `r / devices` on each. With `k` runs fitting per device, the sweep needs
+    `programs = ceil(num_runs / (k * devices))` programs; the result is the smallest multiple
+    of `devices` that covers `num_runs` in that many programs (the last one padded to it when
+    `num_runs` is not a multiple: e.g. 10 runs, 1 device, 7 fit: 5 per program, not 7 + 3).
+
+    Args:
+      num_runs: runs of the sweep (>= 1).
+      est: one run's `estimate`.
+      devices: devices the runs axis of a program is split over (>= 1).
+      budget: free bytes per device (None: `available_bytes()` of the default device).
+      fraction: share of `budget` to plan with, in (0, 1] (room for XLA's fragmentation and
+        the estimate's error).
+
+    Raises:
+      ValueError: not even one run fits on a device, naming the bytes needed and available,
+        the largest part and what to reduce.
+    """
+    num_runs = check_int("num_runs", num_runs, 1)
+    devices = check_int("devices", devices, 1)
+    fraction = check_float("fraction", fraction, 0.0, 1.0, low_inclusive=False)
+    if not isinstance(est, MemoryEstimate):
+        raise ValueError(f"est must be a MemoryEstimate; got {type(est).__name__}")
+    budget = available_bytes() if budget is None else check_int("budget", budget, 1)
+    usable = int(fraction * budget)
+    per_device = (usable - est.shared) // max(est.per_run, 1)
+    if per_device < 1:
+        raise ValueError(_too_big(est, budget, fraction, usable))
+    programs = -(-num_runs // (per_device * devices))
+    per_program = -(-num_runs // programs)
+    return -(-per_program // devices) * devices
+
+
+_ADVICE = {
+    "params": "fewer clients/nodes or a smaller model",
+    "optimizer": "plain SGD (momentum=0) keeps no optimizer state; or fewer clients/nodes",
+    "algorithm": (
+        "fewer clients/nodes or samples per client (pFedWN's EM holds [S, S, samples] "
+        "arrays; FedProx, FedAMP, Per-FedAvg copies of every model), or another method"
+    ),
+    "data": "fewer or smaller clients, or runs sharing one partition (shared_data=True)",
+    "activations": "a smaller batch size or fewer slots trained at once (chunk)",
+}
+
+
+def _too_big(est: MemoryEstimate, budget: int, fraction: float, usable: int) -> str:
+    """The message of a run that does not fit: needed, available, largest part, advice."""
+    need = est.total(1)
+    part = est.largest() if est.per_run >= est.shared else "shared"
+    advice = _ADVICE.get(part, "fewer or smaller clients (the shared data does not fit)")
+    return (
+        f"one run of {est.method or 'the method'} needs {format_bytes(need)} ({need} bytes: "
+        f"{format_bytes(est.per_run)} per run + {format_bytes(est.shared)} shared) but "
+        f"{fraction:.0%} of the {format_bytes(budget)} free on a device is "
+        f"{format_bytes(usable)} ({usable} bytes). Largest part: {part} "
+        f"({format_bytes(getattr(est, part))}, {est.slots} slots, {est.chunk} trained at once"
+        f"{', in ' + est.phase if est.phase else ''}); reduce: {advice}.\n{est.describe()}"
+    )
