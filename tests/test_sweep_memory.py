@@ -1,4 +1,4 @@
-"""The memory plan (`pfedwn_jax.sweep.memory`): estimate against XLA, plan arithmetic.
+"""The memory plan (`pfedwn_jax.sweeps.memory`): estimate against XLA, plan arithmetic.
 
 References: the bytes of the arrays `init_state` and `setup` really allocate (exact parts),
 XLA's own `memory_analysis()` of the compiled round (the whole estimate, within a stated
@@ -22,8 +22,8 @@ from pfedwn_jax.engine import local_train
 from pfedwn_jax.experiment import ExperimentConfig
 from pfedwn_jax.experiment.runner import init_state, jitted_step, setup
 from pfedwn_jax.models import get_model
-from pfedwn_jax.sweep import memory
-from pfedwn_jax.sweep.memory import (
+from pfedwn_jax.sweeps import memory
+from pfedwn_jax.sweeps.memory import (
     MemoryEstimate,
     available_bytes,
     estimate,

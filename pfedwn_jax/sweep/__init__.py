@@ -1,1 +1,0 @@
-"""Sweeps: many runs of an experiment in one compiled program (see docs/memory.md)."""
