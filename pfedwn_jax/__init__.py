@@ -5,7 +5,7 @@ The programmatic API, at the top (imported lazily, on first use):
 - `pfedwn_jax.ExperimentConfig`: one experiment (data, model, methods, training, network).
 - `pfedwn_jax.run(config) -> Result`: every configured method on the same network.
 - `pfedwn_jax.Result`: what `run` returns; `.save(path)` / `Result.load(path)` for the JSON.
-- `pfedwn_jax.sweeps(config, seeds=..., grid=...) -> SweepResult`: many runs (seeds x grid)
+- `pfedwn_jax.sweep(config, seeds=..., grid=...) -> SweepResult`: many runs (seeds x grid)
   as few compiled programs, over every device (`pfedwn_jax.sweeps`, docs/sweeps.md).
 - `pfedwn_jax.use_cpu_devices()`: one JAX device per CPU core, so clients train in parallel
   (call it before any JAX computation).
