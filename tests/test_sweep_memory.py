@@ -16,7 +16,7 @@ import optax
 import pytest
 from helpers import TINY_RUN
 
-from pfedwn_jax.algorithms import available_algorithms, get_algorithm
+from pfedwn_jax.algorithms import available_algorithms, get_algorithm, hparam_values
 from pfedwn_jax.data import DEFAULT_DATASET, load_dataset
 from pfedwn_jax.engine import local_train
 from pfedwn_jax.experiment import ExperimentConfig
@@ -64,7 +64,8 @@ def _xla(exp, name: str) -> tuple[int, int]:
     argument, temporaries alone) from XLA's `memory_analysis`."""
     alg, hp = get_algorithm(name), exp.config.hparams_for(name)
     state = init_state(exp, alg, hp)
-    lowered = jitted_step(alg, hp).lower(state, exp.round_root, exp.ctx, exp.test)
+    args = (state, exp.round_root, exp.ctx, exp.test, hparam_values(hp))
+    lowered = jitted_step(alg, hp).lower(*args)
     m = lowered.compile().memory_analysis()
     out = m.output_size_in_bytes - m.alias_size_in_bytes
     return m.argument_size_in_bytes + m.temp_size_in_bytes + out, m.temp_size_in_bytes
@@ -90,7 +91,7 @@ def test_training_chunk_against_xla(exp):
     def temp(strategy):
         fn = lambda s, k: local_train(
             ctx.model,
-            ctx.optimizer,
+            ctx.tx,
             s,
             ctx.train,
             ctx.data_client,

@@ -398,7 +398,7 @@ def _sizes(ctx: RoundContext, test: ClientData, state: Any, chunk: int | None) -
         slots=ctx.num_slots,
         pairs=0 if pairs is None else int(pairs.shape[0]),
         param=tree_bytes(params),
-        opt=tree_bytes(jax.eval_shape(ctx.optimizer.init, params)),
+        opt=tree_bytes(jax.eval_shape(lambda c, p: c.tx.init(p), ctx, params)),
         batch=ctx.batch_size,
         epoch_steps=epoch,
         steps=ctx.num_steps or epoch * ctx.local_epochs,

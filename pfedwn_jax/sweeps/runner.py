@@ -22,6 +22,7 @@ from jax.sharding import Mesh
 from pfedwn_jax.algorithms import get_algorithm, hparam_values, static_hparams
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.experiment.runner import Experiment, setup
+from pfedwn_jax.sweeps import memory
 from pfedwn_jax.sweeps.batch import Shapes, pad_context, program_key, stack_runs
 from pfedwn_jax.sweeps.program import RUNS, axes_key, block_program, default_mesh, place
 
@@ -58,19 +59,35 @@ def block_sizes(rounds: int, block: int | None) -> list[int]:
 def make_groups(
     exps: Sequence[Experiment], mesh: Mesh, *, max_runs: int | None = None
 ) -> list[Group]:
-    """Group runs by `run_key`; at most `max_runs` runs a program (rounded up to a multiple
-    of the mesh's run axis); each group padded to such a multiple by repeating its last run."""
+    """Group runs by `run_key`, then split each group into programs of at most `max_runs`
+    runs (None: as many as the memory plan fits, `runs_that_fit`), a multiple of the mesh's
+    run axis; each program is padded to such a multiple by repeating its last run."""
     by_key: dict[tuple, list[int]] = {}
     for i, e in enumerate(exps):
         by_key.setdefault(run_key(e), []).append(i)
     per_device = mesh.shape[RUNS]
-    size = None if max_runs is None else per_device * max(1, math.ceil(max_runs / per_device))
     groups = []
     for ids in by_key.values():
-        for lo in range(0, len(ids), size or len(ids)):
-            chunk = ids[lo : lo + size] if size else ids
-            groups.append(_make_group(chunk, exps, mesh))
+        if max_runs is None:
+            size = runs_that_fit([exps[i] for i in ids], per_device)
+        else:
+            size = per_device * max(1, math.ceil(max_runs / per_device))
+        for lo in range(0, len(ids), size):
+            groups.append(_make_group(ids[lo : lo + size], exps, mesh))
     return groups
+
+
+def runs_that_fit(members: Sequence[Experiment], devices: int) -> int:
+    """Runs per program the memory plan allows (`memory.plan`, the most demanding method);
+    a `ValueError` saying what to reduce when not even one run fits."""
+    e = members[0]
+    shared = len({id(m.data) for m in members}) == 1
+    ests = [
+        memory.estimate(e.ctx, e.test, name, e.config.hparams_for(name), shared_data=shared)
+        for name in e.config.method_names
+    ]
+    worst = max(ests, key=lambda est: est.total(len(members)))
+    return memory.plan(len(members), worst, devices=devices)
 
 
 def run_key(exp: Experiment) -> tuple:
