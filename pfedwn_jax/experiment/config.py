@@ -30,6 +30,9 @@ from pfedwn_jax.wireless import MOMENT_MODES, ChannelParams
 MODES = ("single", "network")
 # the cap of `pfedwn neighbors`: a network-wide run holds [S, S] matrices of S = n + 1 clients
 MAX_NEIGHBORS = 10_000
+#: Network size with candidate lists (`candidates`): nothing is [N, N] any more.
+MAX_SPARSE_NODES = 1_000_000
+TAILS = ("mean", "none")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +77,16 @@ class ExperimentConfig:
       target: data client index of the target (0..num_neighbors) or "random" (drawn from
         the topology seed). Ignored in network mode (every client is a target).
       channel: overrides of `ChannelParams` fields, e.g. `{"num_subchannels": 20}`.
+
+    Large networks (network mode; see docs/wireless.md "Large networks"):
+      node_density: nodes per m^2; the square area's side becomes `sqrt(clients / density)`
+        (overrides `channel.area_m`), so a larger network covers a larger area. None: the
+        channel's area (50 m, Table I).
+      candidates: each node's candidate links are its `candidates` nearest nodes (selection
+        `P_err < eps` among them); None: every other node (the dense model, <= 10,000 nodes).
+      interference_cutoff: metres; only nodes this close to a receiver interfere (the rest as a
+        mean field with `interference_tail="mean"`, or dropped with "none"); None: every node.
+      interference_tail: "mean" or "none" (see `interference_cutoff`).
     """
 
     dataset: str | None = None
@@ -100,6 +113,10 @@ class ExperimentConfig:
     topology_seed: int = 0
     target: int | str = 0
     channel: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    node_density: float | None = None
+    candidates: int | None = None
+    interference_cutoff: float | None = None
+    interference_tail: str = "mean"
 
     def __post_init__(self) -> None:
         # store what was checked, normalised (2.0 -> 2, tuples, plain dicts), so equal configs
@@ -265,7 +282,10 @@ def _check_training(cfg: ExperimentConfig) -> dict[str, Any]:
 
 def _check_network(cfg: ExperimentConfig) -> dict[str, Any]:
     """Checked wireless fields: mode, network size, thresholds, topology, target, channel."""
-    n = check_int("num_neighbors", cfg.num_neighbors, 1, MAX_NEIGHBORS)
+    sparse = cfg.mode == "network" and cfg.candidates is not None
+    n = check_int(
+        "num_neighbors", cfg.num_neighbors, 1, MAX_SPARSE_NODES if sparse else MAX_NEIGHBORS
+    )
     target = cfg.target
     if isinstance(target, str):
         if target != "random":
@@ -281,7 +301,26 @@ def _check_network(cfg: ExperimentConfig) -> dict[str, Any]:
         "topology_seed": check_seed("topology_seed", cfg.topology_seed),
         "target": target,
         "channel": _check_channel(cfg.channel),
+        **_check_large(cfg, n),
     }
+
+
+def _check_large(cfg: ExperimentConfig, n: int) -> dict[str, Any]:
+    """Checked large-network fields (density, candidate lists, interference cutoff)."""
+    optional = {
+        "node_density": lambda v: check_float("node_density", v, 0.0, low_inclusive=False),
+        "candidates": lambda v: check_int("candidates", v, 1, n),
+        "interference_cutoff": lambda v: check_float(
+            "interference_cutoff", v, 0.0, low_inclusive=False
+        ),
+    }
+    out = {k: None if getattr(cfg, k) is None else f(getattr(cfg, k)) for k, f in optional.items()}
+    if cfg.mode != "network":
+        for k in ("candidates", "interference_cutoff"):
+            if out[k] is not None:
+                raise ValueError(f"{k} applies to mode='network' only; got mode={cfg.mode!r}")
+    out["interference_tail"] = check_choice("interference_tail", cfg.interference_tail, TAILS)
+    return out
 
 
 def _check_channel(channel: Any) -> dict[str, Any]:

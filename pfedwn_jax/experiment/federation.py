@@ -27,9 +27,11 @@ import numpy as np
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.wireless import (
     ChannelParams,
+    candidate_neighbors,
     error_probability,
     place_network,
     select_neighbors,
+    sparse_error_probability,
     topology_keys,
 )
 
@@ -50,24 +52,40 @@ class Federation:
         `perr[i, j]` the error probability of link j -> i (diagonal 0) (network).
       selected: bool, same shape as `perr` (network: diagonal True).
       positions: `[N, 2]` metres, position of each data client.
+      neighbor_lists: `[S, K]` int, row s: s itself (column 0), then the slots whose models it
+        receives, in increasing order, padded with s; set for large (candidate-list) networks
+        and derivable from `adjacency` otherwise.
+      neighbor_mask: `[S, K]` bool, the real entries of `neighbor_lists`.
     """
 
     mode: str
     data_client: np.ndarray
-    adjacency: np.ndarray
+    adjacency: np.ndarray | None
     is_target: np.ndarray
     target: int
     neighbors: np.ndarray
     perr: np.ndarray
     selected: np.ndarray
     positions: np.ndarray
+    neighbor_lists: np.ndarray | None = None
+    neighbor_mask: np.ndarray | None = None
 
     @property
     def num_slots(self) -> int:
         return int(self.data_client.shape[0])
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly description (the `network` entry of the results file)."""
+        """JSON-friendly description (the `network` entry of the results file); a large
+        network (no dense `adjacency`) stores its neighbor lists and `perr [S, K]`."""
+        if self.adjacency is None:
+            return {
+                "mode": self.mode,
+                "num_slots": self.num_slots,
+                "neighbor_lists": self.neighbor_lists.tolist(),
+                "neighbor_mask": self.neighbor_mask.tolist(),
+                "perr": self.perr.tolist(),
+                "positions": self.positions.tolist(),
+            }
         out = {
             "mode": self.mode,
             "num_slots": self.num_slots,
@@ -86,14 +104,18 @@ class Federation:
 
 
 def channel_params(config: ExperimentConfig) -> ChannelParams:
-    """`ChannelParams` with the config's overrides (unknown fields name `channel`)."""
+    """`ChannelParams` with the config's overrides (unknown fields name `channel`); with
+    `node_density`, the area's side is `sqrt(clients / density)`."""
     names = {f.name for f in dataclasses.fields(ChannelParams)}
     unknown = sorted(set(config.channel) - names)
     if unknown:
         raise ValueError(
             f"channel: unknown ChannelParams field(s) {unknown}; allowed: {sorted(names)}"
         )
-    return ChannelParams(**config.channel)
+    overrides = dict(config.channel)
+    if config.node_density is not None:
+        overrides["area_m"] = float(np.sqrt(config.num_clients / config.node_density))
+    return ChannelParams(**overrides)
 
 
 def place_nodes(config: ExperimentConfig) -> tuple[np.ndarray, np.ndarray, jax.Array]:
@@ -189,8 +211,79 @@ def network_federation(config: ExperimentConfig) -> Federation:
     )
 
 
+#: Largest network that also gets the dense `[S, S]` adjacency (tests, small studies).
+DENSE_VIEW_MAX = 2_000
+
+
+def sparse_network_federation(config: ExperimentConfig) -> Federation:
+    """Network mode over candidate lists: each node's `candidates` nearest nodes, P_err only
+    for those links (interference within `interference_cutoff`), selection `P_err < eps`.
+
+    Nothing is `[N, N]` (but the dense adjacency view of a network of at most
+    `DENSE_VIEW_MAX` nodes). Memory and time O(N K I).
+    """
+    params = channel_params(config)
+    centre, others_xy, _ = place_nodes(config)
+    positions = np.concatenate([centre[None], others_xy], axis=0)
+    idx, cmask = candidate_neighbors(positions, k=config.candidates)
+    cut = config.interference_cutoff
+    perr = np.asarray(
+        sparse_error_probability(
+            positions,
+            idx,
+            cmask,
+            config.gamma_th,
+            params,
+            moments=config.moments,
+            interference="all" if cut is None else "radius",
+            cutoff=cut,
+            tail="none" if cut is None else config.interference_tail,
+        ),
+        np.float64,
+    )
+    selected = np.asarray(select_neighbors(perr, config.eps, valid=np.asarray(cmask)), bool)
+    lists, mask = _lists_from_selection(np.asarray(idx), selected)
+    n = positions.shape[0]
+    return Federation(
+        mode="network",
+        data_client=np.arange(n, dtype=np.int64),
+        adjacency=dense_view(lists, mask) if n <= DENSE_VIEW_MAX else None,
+        is_target=np.ones(n, bool),
+        target=-1,
+        neighbors=np.arange(n, dtype=np.int64),
+        perr=perr,
+        selected=selected,
+        positions=positions,
+        neighbor_lists=lists,
+        neighbor_mask=mask,
+    )
+
+
+def _lists_from_selection(idx: np.ndarray, selected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`[N, K']` lists: the node itself, then its selected candidates in increasing order."""
+    n = idx.shape[0]
+    k = int(selected.sum(1).max(initial=0)) + 1
+    key = np.where(selected, idx.astype(np.int64), np.iinfo(np.int64).max)
+    order = np.sort(key, axis=1)[:, : k - 1]
+    mask = np.concatenate([np.ones((n, 1), bool), order != np.iinfo(np.int64).max], axis=1)
+    own = np.arange(n)[:, None]
+    lists = np.concatenate([own, np.where(mask[:, 1:], order, own)], axis=1)
+    return lists.astype(np.int64), mask
+
+
+def dense_view(lists: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """`[S, S]` adjacency of neighbor lists (small networks only)."""
+    s = lists.shape[0]
+    adj = np.zeros((s, s), bool)
+    rows = np.broadcast_to(np.arange(s)[:, None], lists.shape)
+    adj[rows[mask], lists[mask]] = True
+    return adj
+
+
 def build_federation(config: ExperimentConfig) -> Federation:
-    """The federation for `config.mode`."""
+    """The federation for `config.mode` (network mode with `candidates`: candidate lists)."""
+    if config.mode == "network" and config.candidates is not None:
+        return sparse_network_federation(config)
     if config.mode == "network":
         return network_federation(config)
     return single_target_federation(config)
