@@ -20,6 +20,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from pfedwn_jax.algorithms import get_algorithm, hparam_values, static_hparams
+from pfedwn_jax.distributed import gather_to_host
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.experiment.runner import Experiment, setup
 from pfedwn_jax.sweeps.batch import Shapes, pad_context, program_key, stack_runs
@@ -164,7 +165,7 @@ def run_method(
             state, group.ctx, group.test, hvalues, group.round_roots, np.int32(done)
         )
         done += k
-        on_block(done, k, {key: np.asarray(v) for key, v in metrics.items()}, state)
+        on_block(done, k, gather_to_host(metrics), state)
 
 
 def setup_all(configs: Sequence[ExperimentConfig]) -> tuple[list[Experiment], float]:
