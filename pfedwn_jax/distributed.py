@@ -218,13 +218,24 @@ def shard_runs(
         return jax.device_put(tree, sharding)
 
     def place(leaf: Any) -> jax.Array:
-        host = np.asarray(leaf)
         if local:
+            host = np.asarray(leaf)
             shape = (runs, *host.shape[1:])
             return jax.make_array_from_process_local_data(sharding, host, shape)
-        return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
+        return from_host(leaf, sharding)
 
     return jax.tree.map(place, tree)
+
+
+def from_host(leaf: Any, sharding: jax.sharding.Sharding) -> jax.Array:
+    """`leaf`, a host array with the same value in every process, as one global `jax.Array` on
+    `sharding`: each process copies only its own devices' slices.
+
+    No communication, unlike `jax.device_put` onto a sharding of several processes, which
+    all-gathers the whole value from every process to check that they agree.
+    """
+    host = np.asarray(leaf)
+    return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
 
 
 def gather_to_host(tree: Any) -> Any:

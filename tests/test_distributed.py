@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import _two_process_sweep_worker as sweep_worker
 import _two_process_worker as worker
 import jax
 import jax.numpy as jnp
@@ -71,6 +72,23 @@ def test_shard_runs_places_and_checks():
         distributed.shard_runs(tree, mesh, local=True)
     local = distributed.shard_runs(tree, mesh, local=True, runs=4)
     np.testing.assert_array_equal(distributed.gather_to_host(local)["w"], tree["w"])
+
+
+def test_from_host_copies_each_devices_slice():
+    """`from_host` (the multi-process path of the sweep's `place`) gives `device_put`'s array:
+    rows split over "runs", or the whole value on every device when replicated."""
+    mesh = distributed.make_mesh()
+    host = np.arange(12.0, dtype=np.float32).reshape(4, 3)
+    for spec in (P("runs"), P()):
+        sharding = NamedSharding(mesh, spec)
+        got = distributed.from_host(host, sharding)
+        want = jax.device_put(host, sharding)
+        assert got.sharding == sharding
+        for g, w in zip(got.addressable_shards, want.addressable_shards, strict=True):
+            assert g.device == w.device and g.index == w.index
+            np.testing.assert_array_equal(np.asarray(g.data), np.asarray(w.data))
+    shards = distributed.from_host(host, NamedSharding(mesh, P("runs"))).addressable_shards
+    assert [np.asarray(s.data)[:, 0].tolist() for s in shards] == [[0.0, 3.0], [6.0, 9.0]]
 
 
 def test_sharded_vmap_equals_unsharded():
@@ -230,10 +248,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_two_processes_one_mesh(tmp_path):
-    """Two `python` processes x 2 CPU devices = one 4-device ("runs", "slots") mesh: the jitted
-    vmap over 8 runs, the saves to one directory, the restore and the block after it give the
-    single-process numbers."""
+def run_two_processes(script: str, args: list[str], timeout: float) -> tuple[list[str], float]:
+    """Run `tests/<script> PORT PROCESS_ID 2 *args` as two processes with 2 CPU devices each
+    (one job, coordinator on a free localhost port); their logs and the wall time. Fails the
+    test, with the log, when a process exits non-zero."""
     env = {
         **os.environ,
         "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
@@ -241,13 +259,12 @@ def test_two_processes_one_mesh(tmp_path):
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
     env.pop("JAX_NUM_CPU_DEVICES", None)
-    out = tmp_path / "out.npz"
     port = str(free_port())
-    script = str(ROOT / "tests" / "_two_process_worker.py")
+    path = str(ROOT / "tests" / script)
     start = time.perf_counter()
     procs = [
         subprocess.Popen(
-            [sys.executable, script, port, str(i), "2", str(tmp_path / "ck"), str(out)],
+            [sys.executable, path, port, str(i), "2", *args],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -258,7 +275,7 @@ def test_two_processes_one_mesh(tmp_path):
     logs = []
     try:
         for p in procs:
-            logs.append(p.communicate(timeout=180)[0])
+            logs.append(p.communicate(timeout=timeout)[0])
     finally:
         for p in procs:
             if p.poll() is None:
@@ -267,6 +284,17 @@ def test_two_processes_one_mesh(tmp_path):
     for i, (p, log) in enumerate(zip(procs, logs, strict=True)):
         assert p.returncode == 0, f"process {i} failed:\n{log[-3000:]}"
         assert f"process {i}: devices 4 local 2" in log
+    return logs, elapsed
+
+
+def test_two_processes_one_mesh(tmp_path):
+    """Two `python` processes x 2 CPU devices = one 4-device ("runs", "slots") mesh: the jitted
+    vmap over 8 runs, the saves to one directory, the restore and the block after it give the
+    single-process numbers."""
+    out = tmp_path / "out.npz"
+    _, elapsed = run_two_processes(
+        "_two_process_worker.py", [str(tmp_path / "ck"), str(out)], timeout=180
+    )
     got = dict(np.load(out))
     want = worker.reference()
     assert sorted(got) == sorted(want)
@@ -278,3 +306,27 @@ def test_two_processes_one_mesh(tmp_path):
         "ocdbt.process_1",
     ]  # each process wrote its own shards
     print(f"two-process test: {elapsed:.1f} s")
+
+
+@pytest.mark.slow
+def test_two_process_sweep_equals_one_process(tmp_path):
+    """`pfedwn_jax.sweep` (4 seeds x local, pfedwn; block=1) on a 4-device mesh over two
+    processes, run through and interrupted-then-resumed, gives in both processes the rows of
+    the same sweep on this one process (2 devices)."""
+    _, elapsed = run_two_processes(
+        "_two_process_sweep_worker.py", [str(tmp_path / "ck"), str(tmp_path / "rows")], 540
+    )
+    want = sweep_worker.reference()
+    assert len(want["run"]) == 4 * 2 * 2  # seeds x methods x rounds
+    for pid in range(2):
+        got = dict(np.load(tmp_path / f"rows{pid}.npz"))
+        for case in ("full", "resumed"):
+            for name, value in want.items():
+                err = f"process {pid}, {case}: {name}"
+                if value.dtype.kind == "f":
+                    np.testing.assert_allclose(got[f"{case}_{name}"], value, atol=1e-6, err_msg=err)
+                else:
+                    np.testing.assert_array_equal(got[f"{case}_{name}"], value, err_msg=err)
+    for case in ("full", "resumed"):  # written by process 0 only, each row once
+        assert len((tmp_path / "ck" / case / "rows.jsonl").read_text().splitlines()) == 16
+    print(f"two-process sweep test: {elapsed:.1f} s")

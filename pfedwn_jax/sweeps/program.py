@@ -20,6 +20,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from pfedwn_jax.distributed import from_host
 from pfedwn_jax.experiment.runner import _step
 
 RUNS, SLOTS = "runs", "slots"
@@ -69,10 +70,16 @@ def _axes_from_key(key: tuple) -> tuple[Any, Any]:
 
 def place(tree: Any, axes: Any, mesh: Mesh) -> Any:
     """Put a stacked tree on `mesh`: run-axis leaves split over `"runs"`, shared ones
-    replicated. A leaf with run axis must have a multiple of the mesh's run size."""
+    replicated. A leaf with run axis must have a multiple of the mesh's run size.
+
+    A mesh over several processes: every process passes the same tree (each sets up every
+    run) and copies only its own devices' rows (`distributed.from_host`, no communication)."""
     split, whole = NamedSharding(mesh, P(RUNS)), NamedSharding(mesh, P())
 
     def put(ax, a):
-        return jax.device_put(a, whole if ax is None else split)
+        sharding = whole if ax is None else split
+        if not mesh.is_multi_process:
+            return jax.device_put(a, sharding)
+        return jax.tree.map(lambda x: from_host(x, sharding), a)
 
     return jax.tree.map(put, axes, tree, is_leaf=lambda x: x is None)

@@ -20,6 +20,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from pfedwn_jax.algorithms import get_algorithm, hparam_values, static_hparams
+from pfedwn_jax.distributed import gather_to_host
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.experiment.runner import Experiment, setup
 from pfedwn_jax.sweeps import memory
@@ -138,14 +139,22 @@ def init_states(group: Group, name: str, mesh: Mesh) -> Any:
     states = []
     for r, e in enumerate(group.exps):
         hp = e.config.hparams_for(name)
-        ctx_r = jax.tree.map(
-            lambda ax, a, r=r: a if ax is None else a[r],
-            group.ctx_axes,
-            group.ctx,
-            is_leaf=lambda x: x is None,
-        )
-        states.append(alg.init(e.init_key, ctx_r, hp))
+        states.append(alg.init(e.init_key, _run_context(group, r, mesh), hp))
     return _stacked(states, mesh, pad_ragged=True)
+
+
+def _run_context(group: Group, r: int, mesh: Mesh) -> Any:
+    """Run `r`'s padded context: its slice of the placed stack; on a mesh over several
+    processes (where run `r`'s rows live on one process only) padded again on the host, which
+    needs no communication."""
+    if mesh.is_multi_process:
+        return pad_context(group.exps[r], group.shapes)[0]
+    return jax.tree.map(
+        lambda ax, a: a if ax is None else a[r],
+        group.ctx_axes,
+        group.ctx,
+        is_leaf=lambda x: x is None,
+    )
 
 
 def run_method(
@@ -181,7 +190,7 @@ def run_method(
             state, group.ctx, group.test, hvalues, group.round_roots, np.int32(done)
         )
         done += k
-        on_block(done, k, {key: np.asarray(v) for key, v in metrics.items()}, state)
+        on_block(done, k, gather_to_host(metrics), state)
 
 
 def setup_all(configs: Sequence[ExperimentConfig]) -> tuple[list[Experiment], float]:
