@@ -29,6 +29,7 @@ on from there with the same final numbers.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tomllib
 from collections.abc import Mapping
@@ -192,10 +193,26 @@ def _written(paths: Any, out: Path) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------- main
+def _mesh() -> Any:
+    """Several hosts (`JAX_COORDINATOR_ADDRESS` set): join them and span every process's
+    devices; otherwise None (the sweep's default mesh of this host)."""
+    if not os.environ.get("JAX_COORDINATOR_ADDRESS"):
+        return None
+    from pfedwn_jax import distributed
+
+    distributed.initialize()
+    return distributed.make_mesh()
+
+
 def main(args: argparse.Namespace) -> int:
     opts = sweep_options(args)
     out: Path = check_writable_dir(args.out, "--out")
-    out.mkdir(parents=True, exist_ok=True)
+    mesh = _mesh()
+    from pfedwn_jax.distributed import is_writer
+
+    writer = is_writer()
+    if writer:
+        out.mkdir(parents=True, exist_ok=True)
     print(
         f"sweep: {len(opts.runs)} run(s) = {len(opts.runs) // len(opts.seeds)} grid point(s) x "
         f"{len(opts.seeds)} seed(s); methods: {', '.join(opts.config.method_names)}"
@@ -213,6 +230,7 @@ def main(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
             checkpoint=checkpoint,
             resume=args.resume,
+            mesh=mesh,
         )
     except KeyboardInterrupt:
         if checkpoint.exists():
@@ -221,6 +239,8 @@ def main(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         raise
+    if not writer:  # every process computed the same table; process 0 writes it
+        return 0
     paths = result.save(out)
     print(result.summary_table())
     print("wrote " + ", ".join(_written(paths, out)))
