@@ -38,13 +38,24 @@ def _runs_equal(result, config, specs, atol=1e-6):
             np.testing.assert_allclose(got_loss, own.methods[name]["target_loss"], rtol=1e-5)
 
 
-def test_sweep_equals_runs_for_every_algorithm():
-    config = ExperimentConfig(**VARIED, algorithms=available_algorithms())
-    result = sweep(config, seeds=[1], grid=EVERY_NUMBER, zip=True, block=1, progress=False)
+def _check_sweep_equals_runs(methods):
+    config = ExperimentConfig(**VARIED, algorithms=methods)
+    grid = {k: v for k, v in EVERY_NUMBER.items() if k.split(".")[0] in (*methods, k)}
+    result = sweep(config, seeds=[1], grid=grid, zip=True, block=1, progress=False)
     assert result.meta["programs"] == 1  # every number batched, shapes padded
-    specs = expand(config, [1], EVERY_NUMBER, zip=True)
+    specs = expand(config, [1], grid, zip=True)
     _runs_equal(result, config, specs)
     assert set(result.rows["lr"]) == {0.05, 0.08}
+
+
+def test_sweep_equals_runs_pfedwn_and_local():
+    """The quick tier: pFedWN (EM pairs padded) and Local."""
+    _check_sweep_equals_runs(("local", "pfedwn"))
+
+
+@pytest.mark.slow
+def test_sweep_equals_runs_for_every_algorithm():
+    _check_sweep_equals_runs(available_algorithms())
 
 
 def test_blocks_odd_runs_and_grouped_shapes():

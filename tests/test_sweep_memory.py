@@ -72,7 +72,13 @@ def _xla(exp, name: str) -> tuple[int, int]:
 
 
 # --------------------------------------------------------------------------- against XLA
-@pytest.mark.parametrize("name", available_algorithms())
+@pytest.mark.parametrize(
+    "name",
+    [
+        n if n == "pfedwn" else pytest.param(n, marks=pytest.mark.slow)
+        for n in available_algorithms()
+    ],
+)
 def test_estimate_within_factor_of_xla(exp, name):
     est = estimate(exp.ctx, exp.test, name, exp.config.hparams_for(name))
     total, temp = _xla(exp, name)
@@ -109,6 +115,7 @@ def test_training_chunk_against_xla(exp):
     assert LOW <= ours / xla <= HIGH, (ours, xla)
 
 
+@pytest.mark.slow
 def test_sample_bytes_of_cnn_against_xla():
     """The CNN's training bytes per sample (jaxpr liveness, im2col patches included) against
     XLA's growth of a training step's temporaries from batch 16 to 32."""

@@ -25,7 +25,7 @@ from pfedwn_jax._checks import (
 from pfedwn_jax.algorithms import available_algorithms, get_algorithm, make_hparams
 from pfedwn_jax.data.partition import SCHEMES
 from pfedwn_jax.models import available_models
-from pfedwn_jax.wireless import MOMENT_MODES, ChannelParams
+from pfedwn_jax.wireless import LINK_MODELS, MOMENT_MODES, ChannelParams
 
 MODES = ("single", "network")
 # the cap of `pfedwn neighbors`: a network-wide run holds [S, S] matrices of S = n + 1 clients
@@ -87,6 +87,13 @@ class ExperimentConfig:
       interference_cutoff: metres; only nodes this close to a receiver interfere (the rest as a
         mean field with `interference_tail="mean"`, or dropped with "none"); None: every node.
       interference_tail: "mean" or "none" (see `interference_cutoff`).
+
+    Links during training (docs/robustness.md):
+      link_model: "ideal" (every selected neighbor's model arrives every round), "bernoulli"
+        (each link fails independently every round with its P_err, or `link_failure`) or
+        "physical" (block fading and interference redrawn every round, `wireless.links`).
+      link_failure: a fixed failure probability in [0, 1] of every link for "bernoulli"
+        (None: each link's own P_err).
     """
 
     dataset: str | None = None
@@ -117,6 +124,8 @@ class ExperimentConfig:
     candidates: int | None = None
     interference_cutoff: float | None = None
     interference_tail: str = "mean"
+    link_model: str = "ideal"
+    link_failure: float | None = None
 
     def __post_init__(self) -> None:
         # store what was checked, normalised (2.0 -> 2, tuples, plain dicts), so equal configs
@@ -302,6 +311,7 @@ def _check_network(cfg: ExperimentConfig) -> dict[str, Any]:
         "target": target,
         "channel": _check_channel(cfg.channel),
         **_check_large(cfg, n),
+        **_check_links(cfg),
     }
 
 
@@ -321,6 +331,19 @@ def _check_large(cfg: ExperimentConfig, n: int) -> dict[str, Any]:
                 raise ValueError(f"{k} applies to mode='network' only; got mode={cfg.mode!r}")
     out["interference_tail"] = check_choice("interference_tail", cfg.interference_tail, TAILS)
     return out
+
+
+def _check_links(cfg: ExperimentConfig) -> dict[str, Any]:
+    """Checked per-round link model and its failure probability."""
+    model = check_choice("link_model", cfg.link_model, LINK_MODELS)
+    failure = cfg.link_failure
+    if failure is not None:
+        failure = check_float("link_failure", failure, 0.0, 1.0)
+        if model != "bernoulli":
+            raise ValueError(
+                f"link_failure applies to link_model='bernoulli' only; got link_model={model!r}"
+            )
+    return {"link_model": model, "link_failure": failure}
 
 
 def _check_channel(channel: Any) -> dict[str, Any]:
