@@ -91,6 +91,10 @@ class RoundContext:
       lr: ``[]`` float32 SGD learning rate (used when ``optimizer`` is None). An array, not a
         static, so runs with other learning rates share one compiled program.
       momentum: ``[]`` float32 SGD momentum, or None for plain SGD (no trace in the state).
+      links: the experiment's per-round link model (``experiment.links.Links``), or None
+        (``ideal``: every model along ``adjacency`` arrives). Inside a round the runner has
+        already restricted ``adjacency`` to the models that arrived; an algorithm that keeps
+        weights across rounds (pFedWN's pi) renormalises them over that row when this is set.
     """
 
     model: Any = flax.struct.field(pytree_node=False)
@@ -106,6 +110,7 @@ class RoundContext:
     shards: int | None = flax.struct.field(pytree_node=False, default=None)
     lr: Any = None
     momentum: Any = None
+    links: Any = None
 
     @property
     def num_slots(self) -> int:

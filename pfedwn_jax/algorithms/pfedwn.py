@@ -246,6 +246,16 @@ def em_due(rounds_done: jax.Array, hp: PFedWNHParams) -> jax.Array:
     return (since >= 0) & (since % hp.em_every == 0)
 
 
+def _arrived(pi: jax.Array, ctx: RoundContext) -> jax.Array:
+    """With a link model, pi renormalised over the models that arrived this round (a row with
+    none left is all zero: the target keeps its own model, Eq. 5 with nothing to mix)."""
+    if ctx.links is None:  # ideal links: pi as estimated (bit for bit)
+        return pi
+    kept = pi * ctx.adjacency
+    total = kept.sum(1, keepdims=True)
+    return jnp.where(total > 0, kept / jnp.where(total > 0, total, 1.0), 0.0)
+
+
 def _round(state: PFedWNState, key: jax.Array, ctx: RoundContext, hp: PFedWNHParams):
     # training uses `key` itself, exactly as Local does (so a = 1 reproduces Local bit for bit)
     em_key, train_key = jax.random.fold_in(key, 0x5EED), key
@@ -259,7 +269,7 @@ def _round(state: PFedWNState, key: jax.Array, ctx: RoundContext, hp: PFedWNHPar
     else:  # nobody has a neighbor: pFedWN is local training
         pi, trace = state.pi, state.pi_trace
     apply = ctx.is_target & (state.rounds_done >= hp.warmup_rounds)
-    matrix = aggregation_matrix(pi, hp.a, apply)
+    matrix = aggregation_matrix(_arrived(pi, ctx), hp.a, apply)
     clients = state.clients._replace(params=mix(params, matrix))
     clients, metrics = local_update(ctx, clients, train_key)
     return PFedWNState(

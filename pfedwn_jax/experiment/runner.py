@@ -55,6 +55,12 @@ from pfedwn_jax.experiment.checkpoint import Resume, read_resume, restore_state,
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.experiment.divergence import TRAIN_LOSS, check_policy, note_divergence, slot_finite
 from pfedwn_jax.experiment.federation import Federation, build_federation
+from pfedwn_jax.experiment.links import (
+    LINK_SALT,
+    build_links,
+    received_adjacency,
+    sample_received,
+)
 from pfedwn_jax.experiment.results import Result, append_round, finish_entry, new_entry, round_row
 from pfedwn_jax.io import check_writable_dir
 from pfedwn_jax.models import get_model
@@ -118,6 +124,7 @@ def build_context(
         num_steps=config.local_steps,
         lr=jnp.float32(config.lr),
         momentum=jnp.float32(config.momentum) if config.momentum else None,
+        links=build_links(fed, config),
     )
 
 
@@ -190,11 +197,13 @@ def _step(alg, hp, state, key, ctx, test, hvalues):
     (`divergence.slot_finite` of the evaluated models, test and training losses).
     """
     hp = bind_hparams(hp, hvalues)
+    ctx, link_records = _draw_links(ctx, key)
     state = alg.round(state, key, ctx, hp)
     state = constrain_slots(state, ctx.num_slots, ctx.shards)  # where it came in: one compile
     params = alg.eval_params(state, ctx, hp)
     metrics = evaluate(ctx.model, params, test, ctx.data_client)
     records = alg.records(state, ctx, hp) if alg.records is not None else {}
+    records = {**records, **link_records}
     losses = [metrics["loss"]]
     if TRAIN_LOSS in records and records[TRAIN_LOSS].shape == (ctx.num_slots,):
         losses.append(records[TRAIN_LOSS])
@@ -206,6 +215,19 @@ def jitted_step(alg, hp):
     `(state, key, ctx, test, hparam_values(hp))` (cached: one compile per process for equal
     algorithm, static hyperparameters, context structure and shapes)."""
     return _jitted_step(alg, static_hparams(hp))
+
+
+def _draw_links(ctx: RoundContext, key: jax.Array) -> tuple[RoundContext, dict]:
+    """This round's link outcomes (`experiment.links`): `ctx` with `adjacency` restricted to
+    the models that arrived, and the records `link_received [S, K]`, `link_failure_rate`."""
+    if ctx.links is None:
+        return ctx, {}
+    received = sample_received(jax.random.fold_in(key, LINK_SALT), ctx.links)
+    real = ctx.links.mask.at[:, 0].set(False)
+    rate = 1.0 - (received & real).sum() / jnp.maximum(real.sum(), 1)
+    adjacency = ctx.adjacency & received_adjacency(ctx.links, received)
+    records = {"link_received": received, "link_failure_rate": rate.astype(jnp.float32)}
+    return ctx.replace(adjacency=adjacency), records
 
 
 @functools.lru_cache(maxsize=32)
