@@ -25,11 +25,15 @@ are cleared, so each pays its compilations as a fresh process would; inside a se
 (tracing + lowering + XLA) come from `jax.monitoring`. A warm-up run (excluded) starts
 the backend first. Each measurement records the load average before and after.
 
-    python benchmarks/bench_sweep.py                    # default: pFedWN, W = 1, 4, 16 (~10 min)
-    python benchmarks/bench_sweep.py --runs 16          # the key comparison alone
-    python benchmarks/bench_sweep.py --preset smoke     # < 1 minute: W=2, 2 rounds, pFedWN
+    python benchmarks/bench_sweep.py                    # pFedWN, W = 1, 4, 16; marginal W=4
+    python benchmarks/bench_sweep.py --runs 16 --marginal-runs 16   # the key comparison
+    python benchmarks/bench_sweep.py --preset smoke     # < 1 minute idle: W=2, 2 rounds, Local
     python benchmarks/bench_sweep.py --preset full      # all six methods, W up to 64 (hours)
-    python benchmarks/bench_sweep.py --preset gpu       # a GPU: all six, W up to 256
+    python benchmarks/bench_sweep.py --preset gpu       # on a GPU: all six, W up to 256
+
+The default preset takes about 10 minutes on the 2-core machine of `benchmarks/RESULTS.md`
+under a load of 5-10 (the W=16 sweep alone about 3 minutes); `--runs 16 --marginal-runs 16`
+about 15. `--preset gpu` leaves JAX's devices alone (`--cpu-devices 0`); it was not run.
 
 Writes `benchmarks/results/bench_sweep_<preset>_<UTC time>.json` (or `--out`): settings,
 machine (CPU, cores, versions, backend, device, commit, load), and per measurement the wall,
@@ -72,7 +76,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "marginal_seq": 1,
     },
     "default": {},
-    "full": {"runs": "1,4,16,64", "algorithms": "all", "marginal_seq": 2},
+    "full": {"runs": "1,4,16,64", "algorithms": "all", "marginal_runs": 16},
     "gpu": {"runs": "1,16,64,256", "algorithms": "all", "marginal_runs": 256, "cpu_devices": 0},
 }
 
@@ -301,9 +305,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=10, help="rounds of the W-run comparison")
     p.add_argument("--rounds-long", type=int, default=30, help="rounds of the marginal runs")
     p.add_argument("--algorithms", default="pfedwn", help="comma-separated, or 'all'")
-    p.add_argument(
-        "--marginal-runs", type=int, default=16, help="W of the marginal sweep (0: skip)"
-    )
+    p.add_argument("--marginal-runs", type=int, default=4, help="W of the marginal sweep (0: skip)")
     p.add_argument("--marginal-seq", type=int, default=2, help="run() seeds of the marginal")
     p.add_argument("--block", type=int, default=None, help="rounds per compiled sweep block")
     p.add_argument("--repeats", type=int, default=1, help="the W loop this many times")
