@@ -27,7 +27,7 @@ the backend first. Each measurement records the load average before and after.
 
     python benchmarks/bench_sweep.py                    # pFedWN, W = 1, 4, 16; marginal W=4
     python benchmarks/bench_sweep.py --runs 16 --marginal-runs 16   # the key comparison
-    python benchmarks/bench_sweep.py --preset smoke     # < 1 minute idle: W=2, 2 rounds, Local
+    python benchmarks/bench_sweep.py --preset smoke     # the code path only (~1 min): W=2, Local
     python benchmarks/bench_sweep.py --preset full      # all six methods, W up to 64 (hours)
     python benchmarks/bench_sweep.py --preset gpu       # on a GPU: all six, W up to 256
 
@@ -311,6 +311,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=1, help="the W loop this many times")
     p.add_argument("--gap-s", type=float, default=0.0, help="pause between repeats")
     p.add_argument(
+        "--sequential-first",
+        action="store_true",
+        help="the first W starts with the sequential runs (then the order alternates)",
+    )
+    p.add_argument(
         "--cpu-devices", type=int, default=None, help="CPU devices (default one per core; 0: "
         "leave JAX's default, e.g. on a GPU)"
     )  # fmt: skip
@@ -359,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         if rep and args.gap_s:
             time.sleep(args.gap_s)
         for i, w in enumerate(args.w_values):
-            case = w_case(clock, args, w, sweep_first=(rep + i) % 2 == 0)
+            case = w_case(clock, args, w, sweep_first=(rep + i + args.sequential_first) % 2 == 0)
             results["w_runs"].append({"repeat": rep, "started": now(), **case})
             write_json(args.out, results)  # after every case: an interrupted run keeps it
     if args.marginal_runs:
