@@ -17,13 +17,15 @@ Two comparisons, measured side by side in this process:
   round and method: `(T_long - T_short) / (W * (rounds_long - rounds) * methods)` for the
   sweep (`--marginal-runs` runs; its short sweep is the W-run one above), and the same for
   `run()` (mean over `--marginal-seq` seeds, whose short runs are the sequential ones above).
-  Compilation is in both times and cancels. Ratio = run() / sweep.
+  Compilation is in both times and cancels on average; as it varies by +-10% on a busy
+  machine, the "net" figures also take each side's compile seconds out. Ratio = run() / sweep.
 
 Before every timed sweep or sequence of runs, JAX's caches (and the package's jit caches)
 are cleared, so each pays its compilations as a fresh process would; inside a sequence,
 `run()` keeps its cache from seed to seed, as a user's loop would. Compile seconds
-(tracing + lowering + XLA) come from `jax.monitoring`. A warm-up run (excluded) starts
-the backend first. Each measurement records the load average before and after.
+(tracing + lowering + XLA) come from `jax.monitoring`. A warm-up (one round of `run()` and
+of a sweep of the measured methods, not timed) pays the process's one-off costs first.
+Each measurement records the load average before and after.
 
     python benchmarks/bench_sweep.py                    # pFedWN, W = 1, 4, 16; marginal W=4
     python benchmarks/bench_sweep.py --runs 16 --marginal-runs 16   # the key comparison
