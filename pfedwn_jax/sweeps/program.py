@@ -45,15 +45,27 @@ def _block(alg, hp, num_rounds, state, ctx, test, hvalues, round_root, start):
 
 
 @functools.lru_cache(maxsize=64)
-def block_program(alg, static_hp, num_rounds: int, ctx_axes_key, mesh: Mesh):
+def block_program(alg, static_hp, num_rounds: int, ctx_axes_key, state_axes_key, mesh: Mesh):
     """The jitted, run-vmapped block (cached per method, static hyperparameters, block length,
-    which context leaves are per run, and mesh). Call it as
+    which context and state leaves are per run, and mesh). Call it as
     `(state, ctx, test, hvalues, round_roots, start)`; `ctx_axes_key` is `(ctx_axes,
-    test_axes)` as a hashable pair of treedef-and-leaves (see `axes_key`)."""
+    test_axes)` and `state_axes_key` `(state_axes, ...)` as hashable pairs of
+    treedef-and-leaves (see `axes_key`)."""
     ctx_axes, test_axes = _axes_from_key(ctx_axes_key)
+    state_axes, _ = _axes_from_key(state_axes_key)
     fn = functools.partial(_block, alg, static_hp, num_rounds)
-    vmapped = jax.vmap(fn, in_axes=(0, ctx_axes, test_axes, 0, 0, None))
+    vmapped = jax.vmap(
+        fn, in_axes=(state_axes, ctx_axes, test_axes, 0, 0, None), out_axes=(state_axes, 0)
+    )
     return jax.jit(vmapped, donate_argnums=0)
+
+
+def state_axes(state: Any) -> Any:
+    """`vmap` axes of a stacked state: 0, but None for the scalar leaves the runs share
+    (round counters: the runs of a program advance in lockstep). Kept unbatched, a counter
+    keeps `lax.cond` on it a branch (pFedWN's EM round) instead of a select that would run
+    both branches every round."""
+    return jax.tree.map(lambda a: None if jnp.ndim(a) == 0 else 0, state)
 
 
 def axes_key(ctx_axes: Any, test_axes: Any) -> tuple:

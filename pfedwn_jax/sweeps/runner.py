@@ -25,7 +25,14 @@ from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.experiment.runner import Experiment, setup
 from pfedwn_jax.sweeps import memory
 from pfedwn_jax.sweeps.batch import Shapes, pad_context, program_key, stack_runs
-from pfedwn_jax.sweeps.program import RUNS, axes_key, block_program, default_mesh, place
+from pfedwn_jax.sweeps.program import (
+    RUNS,
+    axes_key,
+    block_program,
+    default_mesh,
+    place,
+    state_axes,
+)
 
 #: Rounds per block by default: the host sees the device every ~10 rounds (progress, saves).
 DEFAULT_BLOCK = 10
@@ -121,16 +128,29 @@ def _make_group(ids: list[int], exps: Sequence[Experiment], mesh: Mesh) -> Group
     )
 
 
-def _stacked(trees: Sequence[Any], mesh: Mesh, *, pad_ragged: bool = False) -> Any:
-    """Per-run trees stacked along the run axis (always: every run evolves its own), placed."""
+def _stacked(
+    trees: Sequence[Any], mesh: Mesh, *, pad_ragged: bool = False, share_counters: bool = False
+) -> Any:
+    """Per-run trees stacked along the run axis (every run evolves its own), placed.
+
+    `share_counters`: an integer scalar leaf equal in every run (a round counter) stays one
+    unstacked scalar (`program.state_axes`)."""
     tree, axes = stack_runs(trees, pad_ragged=pad_ragged)
+
+    def counter(a: Any) -> bool:
+        return share_counters and a.ndim == 0 and jax.numpy.issubdtype(a.dtype, jax.numpy.integer)
+
     tree = jax.tree.map(
-        lambda ax, a: jax.numpy.broadcast_to(a, (len(trees), *a.shape)) if ax is None else a,
+        lambda ax, a: (
+            jax.numpy.broadcast_to(a, (len(trees), *a.shape))
+            if ax is None and not counter(a)
+            else a
+        ),
         axes,
         tree,
         is_leaf=lambda x: x is None,
     )
-    return place(tree, 0, mesh)
+    return place(tree, state_axes(tree) if share_counters else 0, mesh)
 
 
 def init_states(group: Group, name: str, mesh: Mesh) -> Any:
@@ -140,7 +160,7 @@ def init_states(group: Group, name: str, mesh: Mesh) -> Any:
     for r, e in enumerate(group.exps):
         hp = e.config.hparams_for(name)
         states.append(alg.init(e.init_key, _run_context(group, r, mesh), hp))
-    return _stacked(states, mesh, pad_ragged=True)
+    return _stacked(states, mesh, pad_ragged=True, share_counters=True)
 
 
 def _run_context(group: Group, r: int, mesh: Mesh) -> Any:
@@ -184,7 +204,12 @@ def run_method(
             done += k
             continue
         program = block_program(
-            alg, static_hparams(hps[0]), k, axes_key(group.ctx_axes, group.test_axes), mesh
+            alg,
+            static_hparams(hps[0]),
+            k,
+            axes_key(group.ctx_axes, group.test_axes),
+            axes_key(state_axes(state), None),
+            mesh,
         )
         state, metrics = program(
             state, group.ctx, group.test, hvalues, group.round_roots, np.int32(done)
