@@ -112,3 +112,16 @@ def test_a_sweep_with_failing_links_equals_its_runs():
 def test_bad_link_settings(kwargs, match):
     with pytest.raises(ValueError, match=match):
         ExperimentConfig(**kwargs)
+
+
+def test_without_selection_every_neighbor_in_range_trains():
+    kw = {**BASE, "num_neighbors": 5, "eps": 0.05, "gamma_th": 5.0}
+    chosen = build_federation(ExperimentConfig(**kw))
+    everyone = build_federation(ExperimentConfig(**kw, selection=False))
+    assert chosen.num_slots < everyone.num_slots == 6
+    net = {**kw, "mode": "network"}
+    assert build_federation(ExperimentConfig(**net, selection=False)).adjacency.all()
+    sparse = build_federation(ExperimentConfig(**net, candidates=3, selection=False))
+    assert sparse.neighbor_mask.all() and sparse.neighbor_lists.shape == (6, 4)
+    with pytest.raises(ValueError, match="selection"):
+        ExperimentConfig(selection="no")

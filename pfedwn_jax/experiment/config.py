@@ -16,6 +16,7 @@ from typing import Any
 
 from pfedwn_jax._checks import (
     INT32_MAX,
+    check_bool,
     check_choice,
     check_float,
     check_int,
@@ -94,6 +95,9 @@ class ExperimentConfig:
         "physical" (block fading and interference redrawn every round, `wireless.links`).
       link_failure: a fixed failure probability in [0, 1] of every link for "bernoulli"
         (None: each link's own P_err).
+      selection: channel-aware neighbor selection `P_err < eps` (True, the paper); False:
+        every neighbor in range trains together (every candidate in network mode), so
+        selection can be compared with no selection under the same link model.
     """
 
     dataset: str | None = None
@@ -126,6 +130,7 @@ class ExperimentConfig:
     interference_tail: str = "mean"
     link_model: str = "ideal"
     link_failure: float | None = None
+    selection: bool = True
 
     def __post_init__(self) -> None:
         # store what was checked, normalised (2.0 -> 2, tuples, plain dicts), so equal configs
@@ -343,7 +348,11 @@ def _check_links(cfg: ExperimentConfig) -> dict[str, Any]:
             raise ValueError(
                 f"link_failure applies to link_model='bernoulli' only; got link_model={model!r}"
             )
-    return {"link_model": model, "link_failure": failure}
+    return {
+        "link_model": model,
+        "link_failure": failure,
+        "selection": check_bool("selection", cfg.selection),
+    }
 
 
 def _check_channel(channel: Any) -> dict[str, Any]:

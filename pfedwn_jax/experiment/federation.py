@@ -126,6 +126,14 @@ def place_nodes(config: ExperimentConfig) -> tuple[np.ndarray, np.ndarray, jax.A
     return np.asarray(centre, np.float64), np.asarray(others, np.float64), spare
 
 
+def _select(config: ExperimentConfig, perr: np.ndarray, valid: Any = None) -> np.ndarray:
+    """Channel-aware selection `P_err < eps` (among `valid`), or, with `selection=False`,
+    every neighbor in range (the channel-unaware variant)."""
+    if not config.selection:
+        return np.ones(perr.shape, bool) if valid is None else np.asarray(valid, bool)
+    return np.asarray(select_neighbors(perr, config.eps, valid=valid), bool)
+
+
 def resolve_target(config: ExperimentConfig, key: jax.Array) -> int:
     """The target's data client: `config.target`, or drawn uniformly if "random"."""
     if config.target == "random":
@@ -143,7 +151,7 @@ def single_target_federation(config: ExperimentConfig) -> Federation:
         error_probability(centre, others_xy, config.gamma_th, params, moments=config.moments),
         np.float64,
     )
-    selected = np.asarray(select_neighbors(perr, config.eps), bool)
+    selected = _select(config, perr)
     data_client = np.concatenate([[target], others[selected]]).astype(np.int64)
     slots = len(data_client)
     positions = np.zeros((config.num_clients, 2))
@@ -196,7 +204,7 @@ def network_federation(config: ExperimentConfig) -> Federation:
     n = positions.shape[0]
     perr = network_perr(positions, config.gamma_th, params, config.moments)
     offdiag = ~np.eye(n, dtype=bool)
-    selected = np.asarray(select_neighbors(perr, config.eps), bool) & offdiag
+    selected = _select(config, perr) & offdiag
     adjacency = selected | ~offdiag
     return Federation(
         mode="network",
@@ -241,7 +249,7 @@ def sparse_network_federation(config: ExperimentConfig) -> Federation:
         ),
         np.float64,
     )
-    selected = np.asarray(select_neighbors(perr, config.eps, valid=np.asarray(cmask)), bool)
+    selected = _select(config, perr, np.asarray(cmask))
     lists, mask = _lists_from_selection(np.asarray(idx), selected)
     n = positions.shape[0]
     return Federation(
