@@ -6,10 +6,15 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from pfedwn_jax._checks import check_int, check_rank, check_tree_leading
+from pfedwn_jax._checks import check_int, check_range, check_rank, check_tree_leading
 
 PyTree = Any
+
+#: Elements of the gathered `[rows, K, ...]` block `mix_sparse` / `neighbor_sq_dist` hold at
+#: once per leaf (64 MiB of float32): larger networks are processed in chunks of rows.
+GATHER_ELEMENTS = 1 << 24
 
 
 def num_slots_of(params: PyTree) -> int:
@@ -42,6 +47,68 @@ def mix(params: PyTree, matrix: jax.Array) -> PyTree:
     return jax.tree.map(leaf, params)
 
 
+def check_neighbors(neighbors: Any, num_slots: int, name: str = "neighbors") -> None:
+    """Raise a ``ValueError`` unless ``neighbors`` is an int ``[S_out, K]`` array of slot
+    indices in ``[0, num_slots)`` (values are checked on the host only, not under tracing)."""
+    check_rank(name, neighbors, 2, "[S, K]")
+    if not jnp.issubdtype(jnp.result_type(neighbors), jnp.integer):
+        raise ValueError(f"{name} must be integer slot indices; got {jnp.result_type(neighbors)}")
+    check_range(name, neighbors, 0, num_slots - 1)
+
+
+def _row_chunk(rows: int, per_row: int) -> int | None:
+    """Rows per chunk so one chunk gathers at most `GATHER_ELEMENTS`; None: all at once."""
+    if rows * per_row <= GATHER_ELEMENTS:
+        return None
+    return max(1, GATHER_ELEMENTS // max(per_row, 1))
+
+
+def _map_rows(fn: Any, xs: Any, rows: int, per_row: int) -> jax.Array:
+    """`vmap(fn)(*xs)` over the leading row axis, in chunks of rows when the gather is big."""
+    chunk = _row_chunk(rows, per_row)
+    if chunk is None:
+        return jax.vmap(fn)(*xs)
+    return jax.lax.map(lambda x: fn(*x), xs, batch_size=chunk)
+
+
+def mix_sparse(params: PyTree, neighbors: Any, weights: Any) -> PyTree:
+    """Mix slot models along neighbor lists: `out_s = sum_k w[s, k] params[neighbors[s, k]]`.
+
+    The sparse form of `mix` (O(S K P) instead of O(S^2 P)): a gather and a weighted sum,
+    `einsum("sk,sk...->s...", weights, leaf[neighbors])` per leaf, in chunks of rows when the
+    gathered `[S, K, ...]` block would exceed `GATHER_ELEMENTS`.
+
+    Args:
+      params: pytree, leaves `[S, ...]`.
+      neighbors: `[S_out, K]` int slot indices into `params` (padding entries may point
+        anywhere, e.g. the row's own slot, with weight 0).
+      weights: `[S_out, K]` weights (row-stochastic for averaging; 0 on padding).
+
+    Returns: pytree with leaves `[S_out, ...]`, in the leaves' dtype.
+    """
+    neighbors = jnp.asarray(neighbors)
+    weights = jnp.asarray(weights)
+    check_tree_leading("params", params, num_slots_of(params))
+    check_neighbors(neighbors, num_slots_of(params))
+    check_rank("weights", weights, 2, "[S, K]")
+    if weights.shape != neighbors.shape:
+        raise ValueError(
+            f"weights must have the shape of neighbors {neighbors.shape}; got {weights.shape}"
+        )
+    rows, k = neighbors.shape
+
+    def leaf(a: jax.Array) -> jax.Array:
+        w = weights.astype(jnp.result_type(a.dtype, jnp.float32))
+
+        def row(nbr: jax.Array, w_row: jax.Array) -> jax.Array:
+            return jnp.einsum("k,k...->...", w_row, a[nbr], precision=jax.lax.Precision.HIGHEST)
+
+        per_row = k * int(np.prod(a.shape[1:], dtype=np.int64))
+        return _map_rows(row, (neighbors, w), rows, per_row).astype(a.dtype)
+
+    return jax.tree.map(leaf, params)
+
+
 def flatten_slots(params: PyTree) -> jax.Array:
     """Concatenate every leaf of each slot into one vector: `[S, total_params]`."""
     check_tree_leading("params", params, num_slots_of(params))
@@ -58,6 +125,27 @@ def sq_dist(params: PyTree) -> jax.Array:
     """
     v = flatten_slots(params).astype(jnp.float32)
     return jax.lax.map(lambda row: jnp.sum(jnp.square(v - row), axis=1), v)
+
+
+def neighbor_sq_dist(params: PyTree, neighbors: Any) -> jax.Array:
+    """Squared Euclidean distances to the listed neighbors: `d[s, k] = ||w_s - w_{nbr[s, k]}||^2`.
+
+    The sparse form of `sq_dist` (`[S, K]` float32 instead of `[S, S]`), from explicit
+    differences as there, in chunks of rows when the gathered `[S, K, P]` block is big.
+    `neighbors [S, K]` int slot indices into `params` (leaves `[S, ...]`).
+    """
+    v = flatten_slots(params).astype(jnp.float32)
+    neighbors = jnp.asarray(neighbors)
+    check_neighbors(neighbors, v.shape[0])
+    if neighbors.shape[0] != v.shape[0]:
+        raise ValueError(
+            f"neighbors must have one row per slot ({v.shape[0]}); got {neighbors.shape}"
+        )
+
+    def row(own: jax.Array, nbr: jax.Array) -> jax.Array:
+        return jnp.sum(jnp.square(v[nbr] - own), axis=1)
+
+    return _map_rows(row, (v, neighbors), v.shape[0], neighbors.shape[1] * v.shape[1])
 
 
 def where_slots(mask: jax.Array, a: PyTree, b: PyTree) -> PyTree:

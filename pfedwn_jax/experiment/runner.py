@@ -46,6 +46,7 @@ from pfedwn_jax.algorithms import (
     bind_hparams,
     get_algorithm,
     hparam_values,
+    neighbor_lists,
     static_hparams,
 )
 from pfedwn_jax.data import DEFAULT_DATASET, ClientData, FederatedData, load_dataset, make_federated
@@ -101,7 +102,10 @@ def build_context(
 
     SGD's learning rate and momentum are leaves of the context (`RoundContext.tx`), so runs
     that differ only in them share one compiled round; momentum 0 is plain SGD (no trace).
+    Who receives whom goes in as neighbor lists `[S, K]` (`neighbor_lists` of the federation's
+    adjacency); the dense `ctx.adjacency` is left unset (no algorithm reads it).
     """
+    neighbors, neighbor_mask = neighbor_lists(fed.adjacency)
     train = jax.tree_util.tree_map(jnp.asarray, data.train)
     data_client = jnp.asarray(fed.data_client, jnp.int32)
     num_samples = jnp.asarray(np.asarray(data.train.count)[fed.data_client], jnp.float32)
@@ -110,7 +114,8 @@ def build_context(
         optimizer=None,
         train=train,
         data_client=data_client,
-        adjacency=jnp.asarray(fed.adjacency, bool),
+        neighbors=jnp.asarray(neighbors, jnp.int32),
+        neighbor_mask=jnp.asarray(neighbor_mask, bool),
         is_target=jnp.asarray(fed.is_target, bool),
         num_samples=num_samples,
         batch_size=config.batch_size,
@@ -419,10 +424,21 @@ def data_info(data: FederatedData) -> dict[str, Any]:
 def assemble_result(
     exp: Experiment, methods: dict[str, dict[str, Any]], setup_s: float, t_start: float
 ) -> Result:
-    """The `Result` of `exp` with the methods' entries (in run order)."""
+    """The `Result` of `exp` with the methods' entries (in run order).
+
+    `network` is the federation's description plus the neighbor lists of the slots,
+    `slot_neighbors [S][K]` and `slot_neighbor_mask [S][K]`: the columns of `[S, K]` records
+    such as pFedWN's `pi` (column k of row s is slot `slot_neighbors[s][k]`, data client
+    `slot_client[slot_neighbors[s][k]]`; column 0 is the slot itself).
+    """
+    network = {
+        **exp.federation.to_dict(),
+        "slot_neighbors": np.asarray(exp.ctx.neighbors).tolist(),
+        "slot_neighbor_mask": np.asarray(exp.ctx.neighbor_mask).tolist(),
+    }
     return Result(
         config=exp.config,
-        network=exp.federation.to_dict(),
+        network=network,
         data=data_info(exp.data),
         methods=methods,
         environment=environment(),
