@@ -136,10 +136,7 @@ def test_pad_lists_for_sweeps():
 # --- engine --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("chunked", [False, True])
-def test_mix_sparse_against_a_loop_and_dense_mix(monkeypatch, chunked):
-    if chunked:  # force the row chunks (lax.map with a remainder)
-        monkeypatch.setattr(tree_mod, "GATHER_ELEMENTS", 17)
+def test_mix_sparse_against_a_loop_and_dense_mix():
     params = random_params(6)
     nbr, mask = neighbor_lists(ADJ)
     w = np.random.default_rng(1).uniform(size=nbr.shape).astype(np.float32) * mask
@@ -158,7 +155,7 @@ def test_mix_sparse_against_a_loop_and_dense_mix(monkeypatch, chunked):
 
 @pytest.mark.parametrize("chunked", [False, True])
 def test_neighbor_sq_dist_is_the_dense_distances_at_the_lists(monkeypatch, chunked):
-    if chunked:
+    if chunked:  # force the row chunks (lax.map with a remainder)
         monkeypatch.setattr(tree_mod, "GATHER_ELEMENTS", 30)
     params = random_params(6, seed=2)
     nbr, _ = neighbor_lists(ADJ)

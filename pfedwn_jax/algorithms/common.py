@@ -192,7 +192,9 @@ def train_loss_record(state: Any, ctx: RoundContext, hp: Any) -> dict[str, jax.A
 def average_in_groups(clients: ClientState, ctx: RoundContext) -> ClientState:
     """Replace each slot's params by its group's sample-weighted mean (optimizer state kept)."""
     weights = group_average_weights(ctx.neighbors, ctx.neighbor_mask, ctx.num_samples)
-    return clients._replace(params=mix_sparse(clients.params, ctx.neighbors, weights))
+    return clients._replace(
+        params=mix_sparse(clients.params, ctx.neighbors, weights, shards=ctx.shards)
+    )
 
 
 def train_then_average(

@@ -288,7 +288,9 @@ def _round(state: PFedWNState, key: jax.Array, ctx: RoundContext, hp: PFedWNHPar
         pi, trace = state.pi, state.pi_trace
     apply = ctx.is_target & (state.rounds_done >= hp.warmup_rounds)
     weights = aggregation_weights(pi, hp.a, apply)
-    clients = state.clients._replace(params=mix_sparse(params, ctx.neighbors, weights))
+    clients = state.clients._replace(
+        params=mix_sparse(params, ctx.neighbors, weights, shards=ctx.shards)
+    )
     clients, metrics = local_update(ctx, clients, train_key)
     return PFedWNState(
         clients=clients,
