@@ -41,7 +41,6 @@ from pfedwn_jax.engine import (
     sq_dist,
     take_slots,
 )
-from pfedwn_jax.engine import tree as tree_mod
 from pfedwn_jax.experiment import ExperimentConfig, run
 from pfedwn_jax.models import get_model
 from pfedwn_jax.sweeps.batch import pad_lists
@@ -153,10 +152,7 @@ def test_mix_sparse_against_a_loop_and_dense_mix():
         mix_sparse(params, nbr, w[:, :2])
 
 
-@pytest.mark.parametrize("chunked", [False, True])
-def test_neighbor_sq_dist_is_the_dense_distances_at_the_lists(monkeypatch, chunked):
-    if chunked:  # force the row chunks (lax.map with a remainder)
-        monkeypatch.setattr(tree_mod, "GATHER_ELEMENTS", 30)
+def test_neighbor_sq_dist_is_the_dense_distances_at_the_lists():
     params = random_params(6, seed=2)
     nbr, _ = neighbor_lists(ADJ)
     got = np.asarray(neighbor_sq_dist(params, nbr))

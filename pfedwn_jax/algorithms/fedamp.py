@@ -112,7 +112,7 @@ def attention_matrix(
 
 def cloud_models(params: Any, ctx: RoundContext, hp: FedAMPHParams) -> Any:
     """``u [S, ...]``: every slot's personalised cloud model (along its neighbor list)."""
-    d = neighbor_sq_dist(params, ctx.neighbors)  # [S, K]
+    d = neighbor_sq_dist(params, ctx.neighbors, shards=ctx.shards)  # [S, K]
     xi = attention_weights(d, ctx.neighbor_mask, hp.alpha_k, hp.sigma)
     return mix_sparse(params, ctx.neighbors, xi, shards=ctx.shards)
 

@@ -14,10 +14,6 @@ from pfedwn_jax.engine.sharding import constrain_slots, resolve_shards, slot_mes
 
 PyTree = Any
 
-#: Elements of the gathered `[rows, K, P]` block `neighbor_sq_dist` holds at once (64 MiB of
-#: float32): larger networks are processed in chunks of rows.
-GATHER_ELEMENTS = 1 << 24
-
 
 def num_slots_of(params: PyTree) -> int:
     """The slot count S of a stacked pytree: the leading axis of its first leaf (`[S, ...]`)."""
@@ -56,21 +52,6 @@ def check_neighbors(neighbors: Any, num_slots: int, name: str = "neighbors") -> 
     if not jnp.issubdtype(jnp.result_type(neighbors), jnp.integer):
         raise ValueError(f"{name} must be integer slot indices; got {jnp.result_type(neighbors)}")
     check_range(name, neighbors, 0, num_slots - 1)
-
-
-def _row_chunk(rows: int, per_row: int) -> int | None:
-    """Rows per chunk so one chunk gathers at most `GATHER_ELEMENTS`; None: all at once."""
-    if rows * per_row <= GATHER_ELEMENTS:
-        return None
-    return max(1, GATHER_ELEMENTS // max(per_row, 1))
-
-
-def _map_rows(fn: Any, xs: Any, rows: int, per_row: int) -> jax.Array:
-    """`vmap(fn)(*xs)` over the leading row axis, in chunks of rows when the gather is big."""
-    chunk = _row_chunk(rows, per_row)
-    if chunk is None:
-        return jax.vmap(fn)(*xs)
-    return jax.lax.map(lambda x: fn(*x), xs, batch_size=chunk)
 
 
 def mix_sparse(params: PyTree, neighbors: Any, weights: Any, *, shards: int | None = 1) -> PyTree:
@@ -143,12 +124,13 @@ def sq_dist(params: PyTree) -> jax.Array:
     return jax.lax.map(lambda row: jnp.sum(jnp.square(v - row), axis=1), v)
 
 
-def neighbor_sq_dist(params: PyTree, neighbors: Any) -> jax.Array:
+def neighbor_sq_dist(params: PyTree, neighbors: Any, *, shards: int | None = 1) -> jax.Array:
     """Squared Euclidean distances to the listed neighbors: `d[s, k] = ||w_s - w_{nbr[s, k]}||^2`.
 
     The sparse form of `sq_dist` (`[S, K]` float32 instead of `[S, S]`), from explicit
-    differences as there, in chunks of rows when the gathered `[S, K, P]` block is big.
-    `neighbors [S, K]` int slot indices into `params` (leaves `[S, ...]`).
+    differences as there, one column at a time (a gather of `[S, P]` per column, never the
+    `[S, K, P]` block). `neighbors [S, K]` int slot indices into `params` (leaves `[S, ...]`);
+    `shards` as in `mix_sparse` (the flat models gathered to every device once).
     """
     v = flatten_slots(params).astype(jnp.float32)
     neighbors = jnp.asarray(neighbors)
@@ -157,11 +139,16 @@ def neighbor_sq_dist(params: PyTree, neighbors: Any) -> jax.Array:
         raise ValueError(
             f"neighbors must have one row per slot ({v.shape[0]}); got {neighbors.shape}"
         )
+    shards = resolve_shards(shards, v.shape[0])
+    everywhere = v
+    if shards > 1:
+        everywhere = jax.lax.with_sharding_constraint(v, NamedSharding(slot_mesh(shards), P()))
 
-    def row(own: jax.Array, nbr: jax.Array) -> jax.Array:
-        return jnp.sum(jnp.square(v[nbr] - own), axis=1)
+    def column(k: jax.Array) -> jax.Array:
+        return jnp.sum(jnp.square(jnp.take(everywhere, neighbors[:, k], axis=0) - v), axis=1)
 
-    return _map_rows(row, (v, neighbors), v.shape[0], neighbors.shape[1] * v.shape[1])
+    cols = jax.lax.map(column, jnp.arange(neighbors.shape[1]))  # [K, S]
+    return cols.T
 
 
 def where_slots(mask: jax.Array, a: PyTree, b: PyTree) -> PyTree:
