@@ -14,9 +14,11 @@ from pfedwn_jax.algorithms import (
     available_algorithms,
     get_algorithm,
     group_average_matrix,
+    group_average_weights,
     init_clients,
     local_update,
     make_hparams,
+    neighbor_lists,
 )
 from pfedwn_jax.data.client_data import ClientData
 from pfedwn_jax.models import get_model
@@ -42,12 +44,14 @@ def make_data(counts, seed=0) -> ClientData:
 def make_ctx(counts, adjacency=None, *, lr=0.1, batch_size=4, epochs=1) -> RoundContext:
     s = len(counts)
     adjacency = np.ones((s, s), bool) if adjacency is None else np.asarray(adjacency, bool)
+    neighbors, neighbor_mask = neighbor_lists(adjacency)
     return RoundContext(
         model=get_model("logreg", CLASSES, SHAPE),
         optimizer=optax.sgd(lr),
         train=make_data(counts),
         data_client=jnp.arange(s, dtype=jnp.int32),
-        adjacency=jnp.asarray(adjacency),
+        neighbors=jnp.asarray(neighbors),
+        neighbor_mask=jnp.asarray(neighbor_mask),
         is_target=jnp.arange(s) == 0,
         num_samples=jnp.asarray(counts, jnp.float32),
         batch_size=batch_size,
@@ -93,6 +97,11 @@ def test_group_average_matrix_by_hand():
     adj = np.array([[1, 1, 0], [0, 1, 0], [1, 1, 1]], bool)
     m = np.asarray(group_average_matrix(jnp.asarray(adj), jnp.asarray([1.0, 3.0, 4.0])))
     np.testing.assert_allclose(m, [[0.25, 0.75, 0], [0, 1, 0], [0.125, 0.375, 0.5]], rtol=1e-6)
+    nbr, mask = neighbor_lists(adj)  # rows [0, 1], [1, pad], [2, 0, 1]
+    w = np.asarray(group_average_weights(nbr, mask, jnp.asarray([1.0, 3.0, 4.0])))
+    np.testing.assert_allclose(w, [[0.25, 0.75, 0], [1, 0, 0], [0.5, 0.125, 0.375]], rtol=1e-6)
+    empty = np.asarray(group_average_weights(nbr, mask, jnp.zeros(3)))  # no weight: keep own
+    np.testing.assert_array_equal(empty, np.eye(3)[[0, 0, 0]])
 
 
 def test_shape_errors_at_the_entry_points_are_value_errors():
@@ -101,8 +110,16 @@ def test_shape_errors_at_the_entry_points_are_value_errors():
     with pytest.raises(ValueError, match=r"weights must have shape \(3,\); got \(4,\)"):
         group_average_matrix(jnp.ones((3, 3), bool), jnp.ones(4))
     ctx = make_ctx([5, 6, 7])
-    bad = ctx.replace(adjacency=jnp.ones((3, 2), bool))
-    with pytest.raises(ValueError, match=r"ctx.adjacency must have shape \(3, 3\)"):
+    bad = ctx.replace(neighbor_mask=jnp.ones((3, 2), bool))
+    with pytest.raises(
+        ValueError, match=r"neighbor_mask must have shape \[S, K\] = \(3, 3\); got \(3, 2\)"
+    ):
+        init_clients(jax.random.PRNGKey(0), bad)
+    bad = ctx.replace(neighbors=ctx.neighbors[:, ::-1])
+    with pytest.raises(ValueError, match=r"neighbors\[s, 0\] must be s itself.*row 0 has 2"):
+        init_clients(jax.random.PRNGKey(0), bad)
+    bad = ctx.replace(neighbors=ctx.neighbors.at[1, 2].set(3))
+    with pytest.raises(ValueError, match=r"neighbors must be in \[0, 2\]; got 3"):
         init_clients(jax.random.PRNGKey(0), bad)
     with pytest.raises(ValueError, match="epochs or num_steps"):
         local_update(ctx, init_clients(jax.random.PRNGKey(0), ctx), jax.random.PRNGKey(1),
@@ -112,10 +129,10 @@ def test_shape_errors_at_the_entry_points_are_value_errors():
 def test_round_context_is_a_pytree_with_static_settings():
     ctx = make_ctx([5, 6, 7])
     leaves, treedef = jax.tree_util.tree_flatten(ctx)
-    assert len(leaves) == len(jax.tree_util.tree_leaves(ctx.train)) + 4  # only the arrays
+    assert len(leaves) == len(jax.tree_util.tree_leaves(ctx.train)) + 5  # only the arrays
     assert jax.tree_util.tree_unflatten(treedef, leaves).batch_size == ctx.batch_size
     # equal settings, equal tree definitions: a compiled round is reused
-    same = ctx.replace(adjacency=~ctx.adjacency)
+    same = ctx.replace(neighbor_mask=ctx.neighbor_mask.at[:, 1:].set(False))
     assert jax.tree_util.tree_structure(same) == treedef
     assert jax.tree_util.tree_structure(ctx.replace(local_epochs=2)) != treedef
     traces = []

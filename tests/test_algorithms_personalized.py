@@ -11,11 +11,17 @@ import numpy as np
 import optax
 import pytest
 
-from pfedwn_jax.algorithms import RoundContext, get_algorithm, make_hparams
+from pfedwn_jax.algorithms import (
+    RoundContext,
+    dense_adjacency,
+    get_algorithm,
+    make_hparams,
+    neighbor_lists,
+)
 from pfedwn_jax.algorithms.common import proximal_loss
-from pfedwn_jax.algorithms.fedamp import attention_matrix
+from pfedwn_jax.algorithms.fedamp import attention_matrix, attention_weights
 from pfedwn_jax.algorithms.perfedavg import full_batch_grad, meta_grad_fn
-from pfedwn_jax.algorithms.pfedwn import aggregation_matrix, em_pairs
+from pfedwn_jax.algorithms.pfedwn import aggregation_matrix, aggregation_weights, em_pairs
 from pfedwn_jax.data.client_data import ClientData
 from pfedwn_jax.engine import ClientState, default_loss, local_train, per_sample_ce
 from pfedwn_jax.models import get_model
@@ -49,12 +55,14 @@ def make_ctx(classes_per_client, adjacency=None, is_target=None, *, lr=0.1) -> R
     data = make_data(classes_per_client)
     adjacency = np.ones((s, s), bool) if adjacency is None else np.asarray(adjacency, bool)
     is_target = np.arange(s) == 0 if is_target is None else np.asarray(is_target, bool)
+    neighbors, neighbor_mask = neighbor_lists(adjacency)
     return RoundContext(
         model=get_model("logreg", CLASSES, SHAPE),
         optimizer=optax.sgd(lr),
         train=data,
         data_client=jnp.arange(s, dtype=jnp.int32),
-        adjacency=jnp.asarray(adjacency),
+        neighbors=jnp.asarray(neighbors),
+        neighbor_mask=jnp.asarray(neighbor_mask),
         is_target=jnp.asarray(is_target),
         num_samples=jnp.asarray(data.count, jnp.float32),
         batch_size=8,
@@ -131,6 +139,18 @@ def test_aggregation_matrix_is_eq5():
     for i in range(4):
         ref = np.eye(4)[i] if (not apply[i] or i == 2) else 0.3 * np.eye(4)[i] + 0.7 * pi[i]
         np.testing.assert_allclose(got[i], ref, atol=1e-6)
+    # the [S, K] weights of the lists are the dense matrix's entries at the listed columns
+    adj = np.array([[1, 1, 0, 1], [1, 1, 1, 1], [0, 0, 1, 0], [0, 1, 0, 1]], bool)
+    nbr, mask = neighbor_lists(adj)
+    rows = np.arange(4)[:, None]
+    pi_sparse = np.where(mask, (pi * adj)[rows, nbr], 0.0)
+    pi_sparse /= np.maximum(pi_sparse.sum(1, keepdims=True), 1e-30)
+    dense = np.zeros((4, 4))
+    dense[rows, nbr] = pi_sparse
+    got = np.asarray(aggregation_weights(jnp.asarray(pi_sparse), 0.3, jnp.asarray(apply)))
+    want = np.asarray(aggregation_matrix(jnp.asarray(dense), 0.3, jnp.asarray(apply)))
+    np.testing.assert_allclose(np.where(mask, got, 0), want[rows, nbr] * mask, atol=1e-7)
+    np.testing.assert_allclose(got.sum(1), 1.0, atol=1e-6)
 
 
 def test_pfedwn_em_weights_the_similar_neighbor_in_network_mode():
@@ -139,14 +159,20 @@ def test_pfedwn_em_weights_the_similar_neighbor_in_network_mode():
     ctx = make_ctx(GROUP, adjacency, is_target=[True, True, True])
     overrides = {"warmup_rounds": 2, "component_updates": False, "floor": 1e-4}
     state, _ = run("pfedwn", ctx, 3, overrides)
-    pi = np.asarray(state.pi)
+    sparse = np.asarray(state.pi)  # [S, K]: columns as in ctx.neighbors
+    assert sparse.shape == (3, 3) and np.all(sparse[:, 0] == 0)
+    np.testing.assert_array_equal(ctx.neighbors, [[0, 1, 2], [1, 0, 1], [2, 1, 2]])
+    pi = np.zeros((3, 3))  # the dense view [S, S]
+    pi[np.arange(3)[:, None], np.asarray(ctx.neighbors)] += sparse
     # target 0 (classes 0, 1): its similar neighbor 1 dominates, unrelated neighbor 2 ~ 0
     assert pi[0, 1] > 0.95 and pi[0, 2] < 0.05
     np.testing.assert_allclose(pi[1], [1, 0, 0], atol=1e-6)  # only neighbor on its row
     np.testing.assert_allclose(pi[2], [0, 1, 0], atol=1e-6)
     assert np.all(pi[~np.asarray(adjacency, bool)] == 0) and np.all(np.diag(pi) == 0)
-    pt, pn = em_pairs(np.asarray(adjacency, bool), np.ones(3, bool))
-    assert sorted(zip(pt.tolist(), pn.tolist(), strict=True)) == [(0, 1), (0, 2), (1, 0), (2, 1)]
+    pairs = em_pairs(ctx)  # S (K - 1) = 6 pairs, the 4 real ones first in row-major order
+    assert pairs.valid.tolist() == [True] * 4 + [False] * 2
+    got = list(zip(pairs.slot.tolist(), pairs.neighbor.tolist(), strict=True))[:4]
+    assert got == [(0, 1), (0, 2), (1, 0), (2, 1)]
 
 
 # --- FedAMP ------------------------------------------------------------------------------
@@ -159,6 +185,11 @@ def test_fedamp_attention_matrix_matches_numpy_loop():
     adj = np.array([[1, 1, 1, 1], [1, 1, 0, 1], [0, 0, 1, 0], [1, 1, 1, 1]], bool)
     for alpha_k, sigma in [(0.2, 1.0), (5.0, 0.5)]:  # the second overshoots: rows rescaled
         got = np.asarray(attention_matrix(jnp.asarray(d), jnp.asarray(adj), alpha_k, sigma))
+        nbr, mask = neighbor_lists(adj)  # the sparse weights are the same numbers
+        rows = np.arange(4)[:, None]
+        xi = np.asarray(attention_weights(jnp.asarray(d[rows, nbr]), mask, alpha_k, sigma))
+        np.testing.assert_allclose(np.where(mask, xi, 0), np.where(mask, got[rows, nbr], 0))
+        np.testing.assert_array_equal(dense_adjacency(nbr, mask, 4), adj | np.eye(4, dtype=bool))
         ref = np.zeros((4, 4))
         for i in range(4):
             for j in range(4):
@@ -296,7 +327,7 @@ def test_bad_hparams_are_value_errors(name, overrides, match):
 
 def test_pfedwn_full_em_is_e_step_m_step_then_weighted_training():
     """One outer EM step of `estimate_pi`, recomposed by hand from the public pieces."""
-    from pfedwn_jax.algorithms.pfedwn import estimate_pi, neighbor_mask
+    from pfedwn_jax.algorithms.pfedwn import estimate_pi
     from pfedwn_jax.em import estimate_weights, m_step, responsibilities
     from pfedwn_jax.engine import cross_evaluate, take_slots
 
@@ -304,11 +335,15 @@ def test_pfedwn_full_em_is_e_step_m_step_then_weighted_training():
     local_state, _ = run("local", ctx, 1)  # trained, distinct neighbor models
     params = local_state.clients.params
     hp = make_hparams(get_algorithm("pfedwn"), {"em_steps": 1})
-    pt, pn = em_pairs(np.asarray(ctx.adjacency), np.asarray(ctx.is_target))
+    pt, pn = np.array([0, 0]), np.array([1, 2])  # the target's two (target, neighbor) pairs
     key = jax.random.PRNGKey(5)
-    pi, trace = jax.jit(lambda p: estimate_pi(p, key, ctx, hp, pt, pn))(params)
+    pi, trace = jax.jit(lambda p: estimate_pi(p, key, ctx, hp))(params)
+    # the target's list is [0, 1, 2], so its [S, K] columns are the slots (dense reference)
+    np.testing.assert_array_equal(ctx.neighbors[0], [0, 1, 2])
 
-    nmask = neighbor_mask(ctx, pt, pn)
+    nmask = np.zeros((3, 3), bool)
+    nmask[pt, pn] = True
+    nmask = jnp.asarray(nmask)
     smask = ctx.train.mask[ctx.data_client]
     dc = ctx.data_client[pt]
 

@@ -74,3 +74,28 @@ def test_cases_from_flags_in_table_ii_order():
         configs_from_args(_args(gamma_th="5,10,15", target="0,1"))
     with pytest.raises(ValueError, match="gamma_th"):
         configs_from_args(_args(gamma_th="5,x"))
+
+
+def test_pi_history_plot_of_neighbor_list_records(tmp_path):
+    """`pi [R, S, K]` with columns as in `network.slot_neighbors` (network mode, uneven
+    degrees): the plot maps columns to clients through the lists; dense `[R, S, S]` results
+    written before the lists map column j to slot j."""
+    from pfedwn_jax.experiment.report import pi_columns, pi_targets
+
+    rounds, nbr = 4, [[0, 2, 0], [1, 0, 2], [2, 2, 2]]
+    pi = np.zeros((rounds, 3, 3))
+    pi[1:, 0] = [0.0, 1.0, 0.0]  # slot 0 hears only slot 2
+    pi[1:, 1] = [0.0, 0.3, 0.7]
+    res = fake_result({"local": 0.9}, pi=pi)
+    res.network.update(
+        mode="network",
+        is_target=[True] * 3,
+        slot_neighbors=nbr,
+        slot_neighbor_mask=[[True, True, False], [True] * 3, [True, False, False]],
+    )
+    np.testing.assert_array_equal(pi_columns(res, 3), nbr)
+    assert pi_targets(res) == [0, 1]
+    png = plot_pi_history(res, tmp_path / "pi.png")
+    assert png is not None and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    dense = fake_result({"local": 0.9}, pi=pi)
+    np.testing.assert_array_equal(pi_columns(dense, 3), np.tile(np.arange(3), (3, 1)))

@@ -3,13 +3,19 @@
 Conventions every algorithm follows (the runner relies on them):
 
 **Slots and the federation.** A federation has ``S`` model slots. Slot ``s`` trains on data
-client ``ctx.data_client[s]``. ``ctx.adjacency[i, j]`` (bool ``[S, S]``, diagonal True) says that
-slot ``i`` receives slot ``j``'s model each round; an algorithm may only combine models along
-adjacency rows. ``ctx.is_target[s]`` marks the slots whose metrics are reported as "target".
-Single-target mode: slot 0 is the target, slots 1.. its selected neighbors, adjacency is all
-True (the paper trains every baseline inside the target's group). Network-wide mode: every
-client is a slot and a target; row ``i`` is client ``i`` plus its own selected neighbors.
-The same algorithm code serves both: never special-case slot 0, use ``adjacency``/``is_target``.
+client ``ctx.data_client[s]``. Who receives whom is a neighbor list (sparse, O(S K)):
+``ctx.neighbors [S, K]`` int32 and ``ctx.neighbor_mask [S, K]`` bool; row ``s`` lists the slots
+whose models slot ``s`` receives each round: column 0 is ``s`` itself (mask True), then its
+neighbors in increasing slot order, then padding (index ``s``, mask False); ``K`` is the
+largest in-degree + 1. An algorithm may only combine models along these rows, by a gather and
+a weighted sum (``pfedwn_jax.engine.mix_sparse``); it must not read ``ctx.adjacency`` (a
+derived dense ``[S, S]`` view for small networks, None for large ones; ``neighbor_lists`` /
+``dense_adjacency`` convert). ``ctx.is_target[s]`` marks the slots whose metrics are reported
+as "target". Single-target mode: slot 0 is the target, slots 1.. its selected neighbors, every
+slot receives every other (the paper trains every baseline inside the target's group).
+Network-wide mode: every client is a slot and a target; row ``i`` is client ``i`` plus its
+own selected neighbors. The same algorithm code serves both: never special-case slot 0, use
+the neighbor lists and ``is_target``.
 
 **Functions** (all pure; ``round``, ``eval_params`` and ``records`` must be jittable):
 
@@ -23,9 +29,10 @@ The same algorithm code serves both: never special-case slot 0, use ``adjacency`
 - ``eval_params(state, ctx, hp) -> params [S, ...]``: the personalised model each slot is
   evaluated with on its own data client's test split (after every round).
 - ``records(state, ctx, hp) -> dict[str, array]`` or ``None``: extra per-round values (e.g.
-  pFedWN's ``pi [S, S]``). The runner calls it after every round (inside the same compiled
-  step) and stores ``Result.methods[name]["records"][key]`` as a list over rounds of nested
-  lists (``array.tolist()``), so any fixed-shape float/int array works.
+  pFedWN's ``pi [S, K]``, columns as in ``ctx.neighbors``). The runner calls it after every
+  round (inside the same compiled step) and stores ``Result.methods[name]["records"][key]``
+  as a list over rounds of nested lists (``array.tolist()``), so any fixed-shape float/int
+  array works.
 
 **Hyperparameters.** ``Algorithm.hparams`` is a frozen dataclass whose fields all have defaults
 (documented in its docstring with their source). It validates itself in ``__post_init__``
@@ -46,7 +53,7 @@ sees them. ``unregister(name)`` removes one again (e.g. a user's algorithm after
 **Training.** No algorithm copies the training loop: every local training goes through
 ``local_update(ctx, clients, key, ...)`` (``pfedwn_jax.algorithms.common``: the engine's
 ``local_train`` with the context filled in), and algorithms differ only in the update rule:
-aggregation matrix (``group_average_matrix``, ``pfedwn_jax.engine.tree.mix``), objective
+aggregation weights (``group_average_weights``, ``pfedwn_jax.engine.mix_sparse``), objective
 (``loss_fn`` + ``aux``), gradient (``grad_fn``), ``sample_weight``, ``active``, schedule
 (``epochs`` / ``num_steps``) and which data each slot trains on (``data_client``).
 """
@@ -59,9 +66,52 @@ from typing import Any, NamedTuple
 
 import flax.struct
 import jax
+import jax.numpy as jnp
+import numpy as np
 import optax
 
+from pfedwn_jax._checks import check_shape
 from pfedwn_jax.data.client_data import ClientData
+
+
+def neighbor_lists(adjacency: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Neighbor lists of a dense ``adjacency [S, S]`` (host, NumPy): ``(neighbors, mask)``.
+
+    ``neighbors [S, K]`` int32: row ``s`` is ``s`` itself, then every ``j != s`` with
+    ``adjacency[s, j]`` in increasing order, then padding ``s``; ``mask [S, K]`` bool, True on
+    the real entries. ``K`` = the largest row degree (without the diagonal) + 1. The
+    diagonal is implied: a slot always holds its own model.
+    """
+    adj = np.asarray(adjacency)
+    check_shape("adjacency", adj, (None, None))
+    s = adj.shape[0]
+    check_shape("adjacency", adj, (s, s))
+    if adj.dtype.kind != "b":
+        raise ValueError(f"adjacency must be a bool [S, S] matrix; got dtype {adj.dtype}")
+    off = adj & ~np.eye(s, dtype=bool)
+    degree = off.sum(axis=1)
+    k = int(degree.max(initial=0)) + 1
+    neighbors = np.repeat(np.arange(s, dtype=np.int32)[:, None], k, axis=1)
+    mask = np.zeros((s, k), bool)
+    mask[:, 0] = True
+    rows, cols = np.nonzero(off)  # row-major: each row's neighbors in increasing order
+    first = np.repeat(np.cumsum(degree) - degree, degree)  # index of each row's first edge
+    pos = 1 + np.arange(rows.size) - first
+    neighbors[rows, pos] = cols
+    mask[rows, pos] = True
+    return neighbors, mask
+
+
+def dense_adjacency(neighbors: Any, neighbor_mask: Any, num_slots: int) -> jax.Array:
+    """The dense ``[S_out, num_slots]`` bool view of neighbor lists ``[S_out, K]``:
+    ``out[s, neighbors[s, k]]`` is True where ``neighbor_mask[s, k]`` (jittable)."""
+    neighbors = jnp.asarray(neighbors)
+    mask = jnp.asarray(neighbor_mask, bool)
+    check_shape("neighbor_mask", mask, neighbors.shape)
+    rows = jnp.broadcast_to(jnp.arange(neighbors.shape[0])[:, None], neighbors.shape)
+    cols = jnp.where(mask, neighbors, num_slots)  # out of bounds: dropped
+    out = jnp.zeros((neighbors.shape[0], num_slots), bool)
+    return out.at[rows, cols].set(True, mode="drop")
 
 
 @flax.struct.dataclass
@@ -80,7 +130,9 @@ class RoundContext:
         the ``lr`` and ``momentum`` leaves (see ``tx``). Static.
       train: training ``ClientData`` of every *data* client ``[clients, samples, ...]``.
       data_client: ``[S]`` int32, slot -> data client row of ``train`` (and of the test split).
-      adjacency: ``[S, S]`` bool, ``adjacency[i, j]``: slot ``i`` receives slot ``j``'s model.
+      neighbors: ``[S, K]`` int32, row ``s``: the slots whose models slot ``s`` receives,
+        column 0 = ``s``, then its neighbors in increasing order, then padding (``s``).
+      neighbor_mask: ``[S, K]`` bool, True on real entries (column 0 always True).
       is_target: ``[S]`` bool, slots reported as targets.
       num_samples: ``[S]`` float32, training samples of each slot's data client.
       batch_size: local minibatch size. Static.
@@ -92,16 +144,20 @@ class RoundContext:
         static, so runs with other learning rates share one compiled program.
       momentum: ``[]`` float32 SGD momentum, or None for plain SGD (no trace in the state).
       links: the experiment's per-round link model (``experiment.links.Links``), or None
-        (``ideal``: every model along ``adjacency`` arrives). Inside a round the runner has
-        already restricted ``adjacency`` to the models that arrived; an algorithm that keeps
+        (``ideal``: every listed model arrives). Inside a round the runner has already
+        restricted ``neighbor_mask`` to the models that arrived; an algorithm that keeps
         weights across rounds (pFedWN's pi) renormalises them over that row when this is set.
+      adjacency: ``[S, S]`` bool dense view of the lists (``adjacency[i, j]``: slot ``i``
+        receives slot ``j``'s model), or None. Derived, for small networks and tests only: no
+        algorithm reads it.
     """
 
     model: Any = flax.struct.field(pytree_node=False)
     optimizer: Any = flax.struct.field(pytree_node=False)
     train: ClientData
     data_client: jax.Array
-    adjacency: jax.Array
+    neighbors: jax.Array
+    neighbor_mask: jax.Array
     is_target: jax.Array
     num_samples: jax.Array
     batch_size: int = flax.struct.field(pytree_node=False)
@@ -111,6 +167,7 @@ class RoundContext:
     lr: Any = None
     momentum: Any = None
     links: Any = None
+    adjacency: Any = None
 
     @property
     def num_slots(self) -> int:

@@ -1,7 +1,8 @@
 """Building blocks shared by the algorithms (pure; everything but the checks is jittable).
 
-- ``init_clients``, ``local_update``, ``group_average_matrix``: the one way to create the slots'
-  models, to train them locally and to average them in groups.
+- ``init_clients``, ``local_update``, ``group_average_weights``: the one way to create the
+  slots' models, to train them locally and to average them over their neighbor lists
+  (``group_average_matrix`` is the dense ``[S, S]`` form, kept for small networks and tests).
 - ``BaselineState``, ``init_baseline``, ``eval_own``, ``train_loss_record``: the state and the
   functions of the methods that keep one model per slot and nothing else.
 - ``average_in_groups``, ``train_then_average``: FedAvg's round, reused by its variants.
@@ -17,9 +18,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pfedwn_jax._checks import check_shape
+from pfedwn_jax._checks import check_shape, is_concrete
 from pfedwn_jax.algorithms.base import RoundContext
-from pfedwn_jax.engine import ClientState, init_client_state, local_train, mix
+from pfedwn_jax.engine import (
+    ClientState,
+    check_neighbors,
+    init_client_state,
+    local_train,
+    mix_sparse,
+)
 
 
 def check_square(name: str, x: Any) -> int:
@@ -30,14 +37,36 @@ def check_square(name: str, x: Any) -> int:
     return s
 
 
+def check_lists(neighbors: Any, neighbor_mask: Any, num_slots: int | None = None) -> int:
+    """Raise a ``ValueError`` unless ``neighbors [S, K]`` int and ``neighbor_mask [S, K]`` bool
+    are neighbor lists (column 0 = the row's own slot, mask True; on the host only); ``K``."""
+    check_shape("neighbors", neighbors, (num_slots, None), "[S, K]")
+    s, k = np.shape(neighbors)
+    check_shape("neighbor_mask", neighbor_mask, (s, k), "[S, K]")
+    check_neighbors(neighbors, s)
+    if is_concrete(neighbors) and is_concrete(neighbor_mask):
+        nbr, mask = np.asarray(neighbors), np.asarray(neighbor_mask)
+        if mask.dtype != bool:
+            raise ValueError(f"neighbor_mask must be bool; got dtype {mask.dtype}")
+        bad = np.nonzero((nbr[:, 0] != np.arange(s)) | ~mask[:, 0])[0]
+        if bad.size:
+            raise ValueError(
+                f"neighbors[s, 0] must be s itself with neighbor_mask True; row {int(bad[0])} "
+                f"has {int(nbr[bad[0], 0])} (mask {bool(mask[bad[0], 0])})"
+            )
+    return int(k)
+
+
 def check_context(ctx: RoundContext) -> None:
-    """The context's per-slot arrays agree on ``S``: ``data_client [S]``, ``adjacency [S, S]``,
-    ``is_target [S]``, ``num_samples [S]``."""
+    """The context's per-slot arrays agree on ``S``: ``data_client [S]``, neighbor lists
+    ``[S, K]``, ``is_target [S]``, ``num_samples [S]`` (and ``adjacency [S, S]`` if set)."""
     if not isinstance(ctx, RoundContext):
         raise ValueError(f"ctx must be a RoundContext; got {type(ctx).__name__}")
     check_shape("ctx.data_client", ctx.data_client, (None,))
     s = ctx.num_slots
-    check_shape("ctx.adjacency", ctx.adjacency, (s, s))
+    check_lists(ctx.neighbors, ctx.neighbor_mask, s)
+    if ctx.adjacency is not None:
+        check_shape("ctx.adjacency", ctx.adjacency, (s, s))
     check_shape("ctx.is_target", ctx.is_target, (s,))
     check_shape("ctx.num_samples", ctx.num_samples, (s,))
 
@@ -98,12 +127,32 @@ def local_update(
     )
 
 
+def group_average_weights(neighbors: Any, neighbor_mask: Any, weights: Any) -> jax.Array:
+    """Row-stochastic ``[S, K]`` weights averaging each row's neighbor list with ``weights [S]``.
+
+    ``out[s, k] = mask[s, k] weights[nbr[s, k]] / sum_k' mask[s, k'] weights[nbr[s, k']]``:
+    FedAvg over slot ``s``'s group with sample-count weights, for ``mix_sparse``. A row whose
+    weights sum to 0 keeps its own model (weight 1 on column 0). The sparse form of
+    ``group_average_matrix``: ``out[s, k] = matrix[s, nbr[s, k]]`` on real entries.
+    """
+    check_shape("neighbors", neighbors, (None, None), "[S, K]")
+    s, k = np.shape(neighbors)
+    check_shape("neighbor_mask", neighbor_mask, (s, k), "[S, K]")
+    check_shape("weights", weights, (None,), "[S]")
+    w = jnp.asarray(weights, jnp.float32)[jnp.asarray(neighbors)]
+    w = jnp.where(jnp.asarray(neighbor_mask, bool), w, 0.0)
+    total = w.sum(axis=1, keepdims=True)
+    own = (jnp.arange(k) == 0).astype(jnp.float32)[None, :]
+    return jnp.where(total > 0, w / jnp.where(total > 0, total, 1.0), own)
+
+
 def group_average_matrix(adjacency: jax.Array, weights: jax.Array) -> jax.Array:
     """Row-stochastic ``[S, S]`` matrix averaging each row's neighborhood with ``weights [S]``.
 
     ``out[i, j] = adjacency[i, j] * weights[j] / sum_k adjacency[i, k] * weights[k]``: FedAvg
     over slot ``i``'s group with sample-count weights. A row whose weights sum to 0 keeps its
-    own model (identity row).
+    own model (identity row). Dense (O(S^2)): for small networks and tests; the algorithms
+    use ``group_average_weights``.
     """
     s = check_square("adjacency", adjacency)
     check_shape("weights", weights, (s,))
@@ -142,8 +191,10 @@ def train_loss_record(state: Any, ctx: RoundContext, hp: Any) -> dict[str, jax.A
 
 def average_in_groups(clients: ClientState, ctx: RoundContext) -> ClientState:
     """Replace each slot's params by its group's sample-weighted mean (optimizer state kept)."""
-    matrix = group_average_matrix(ctx.adjacency, ctx.num_samples)
-    return clients._replace(params=mix(clients.params, matrix))
+    weights = group_average_weights(ctx.neighbors, ctx.neighbor_mask, ctx.num_samples)
+    return clients._replace(
+        params=mix_sparse(clients.params, ctx.neighbors, weights, shards=ctx.shards)
+    )
 
 
 def train_then_average(

@@ -1,7 +1,8 @@
 """FedAMP (Huang et al., AAAI 2021): attentive message passing between personalised models.
 
-Each round, for every slot ``i`` and every ``j != i`` on its adjacency row, with squared
-parameter distances ``d_ij = ||w_i - w_j||^2``:
+Each round, for every slot ``i`` and every ``j != i`` on its neighbor list, with squared
+parameter distances ``d_ij = ||w_i - w_j||^2`` (computed only for the listed pairs,
+``[S, K]``: O(S K P)):
 
 - attention weights ``xi_ij = alpha_k * A'(d_ij)``, ``A'(d) = exp(-d / sigma) / sigma`` (the
   derivative of the attention-inducing function ``A(d) = 1 - exp(-d / sigma)``), computed in
@@ -29,9 +30,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from pfedwn_jax._checks import check_float, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, register
+from pfedwn_jax.algorithms.base import Algorithm, RoundContext, neighbor_lists, register
 from pfedwn_jax.algorithms.common import (
     BaselineState,
     check_shape,
@@ -42,7 +44,7 @@ from pfedwn_jax.algorithms.common import (
     proximal_loss,
     train_loss_record,
 )
-from pfedwn_jax.engine import default_loss, mix, sq_dist
+from pfedwn_jax.engine import default_loss, mix_sparse, neighbor_sq_dist
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,32 +73,48 @@ class FedAMPHParams:
         )
 
 
-def attention_matrix(
-    sq_dists: jax.Array, adjacency: jax.Array, alpha_k: float, sigma: float
+def attention_weights(
+    sq_dists: jax.Array, neighbor_mask: jax.Array, alpha_k: float, sigma: float
 ) -> jax.Array:
-    """The row-stochastic ``[S, S]`` matrix ``Xi`` with ``u = Xi @ w`` (see module docstring).
+    """The row-stochastic ``[S, K]`` weights ``Xi`` with ``u = mix_sparse(w, neighbors, Xi)``.
 
-    ``Xi[i, j] = alpha_k exp(-d_ij / sigma) / sigma`` for ``j != i`` on row i's adjacency,
-    ``Xi[i, i] = 1 - sum_{j != i} Xi[i, j]``; rows whose off-diagonal sum exceeds 1 are
-    rescaled to sum to 1 (self weight 0). ``sq_dists [S, S]``, ``adjacency [S, S]`` bool.
+    ``sq_dists [S, K]``: ``d[s, k]`` to the ``k``-th listed slot (column 0: the slot itself);
+    ``neighbor_mask [S, K]`` bool. ``Xi[s, k] = alpha_k exp(-d[s, k] / sigma) / sigma`` on the
+    real columns ``k >= 1``, ``Xi[s, 0] = 1 - sum_{k >= 1} Xi[s, k]``; rows whose neighbor sum
+    exceeds 1 are rescaled to sum to 1 (self weight 0). See the module docstring.
     """
-    s = check_square("sq_dists", sq_dists)
-    check_shape("adjacency", adjacency, (s, s))
-    eye = jnp.eye(s, dtype=bool)
-    edge = jnp.asarray(adjacency, bool) & ~eye
+    check_shape("sq_dists", sq_dists, (None, None), "[S, K]")
+    check_shape("neighbor_mask", neighbor_mask, np.shape(sq_dists), "[S, K]")
+    k = np.shape(sq_dists)[1]
+    edge = jnp.asarray(neighbor_mask, bool) & (jnp.arange(k) > 0)[None, :]
     d = sq_dists.astype(jnp.float32)
     log_xi = jnp.log(alpha_k) - jnp.log(sigma) - d / sigma
     log_xi = jnp.where(edge, log_xi, -jnp.inf)
     log_total = jax.nn.logsumexp(log_xi, axis=1, keepdims=True)  # -inf for an empty row
     over = log_total > 0.0
     xi = jnp.where(over, jnp.exp(log_xi - jnp.where(over, log_total, 0.0)), jnp.exp(log_xi))
-    return xi + jnp.diag(1.0 - xi.sum(1))
+    return xi.at[:, 0].set(1.0 - xi.sum(1))
+
+
+def attention_matrix(
+    sq_dists: jax.Array, adjacency: jax.Array, alpha_k: float, sigma: float
+) -> jax.Array:
+    """The dense ``[S, S]`` form of ``attention_weights`` (small networks and tests): ``Xi``
+    with ``u = Xi @ w`` from ``sq_dists [S, S]`` and ``adjacency [S, S]`` bool."""
+    s = check_square("sq_dists", sq_dists)
+    check_shape("adjacency", adjacency, (s, s))
+    neighbors, _ = neighbor_lists(np.ones((s, s), bool))  # every slot listed, column 0 = self
+    rows = np.arange(s)[:, None]
+    mask = jnp.asarray(adjacency, bool)[rows, neighbors].at[:, 0].set(True)
+    xi = attention_weights(jnp.asarray(sq_dists)[rows, neighbors], mask, alpha_k, sigma)
+    return jnp.zeros((s, s), xi.dtype).at[rows, neighbors].set(xi)
 
 
 def cloud_models(params: Any, ctx: RoundContext, hp: FedAMPHParams) -> Any:
-    """``u [S, ...]``: every slot's personalised cloud model."""
-    xi = attention_matrix(sq_dist(params), ctx.adjacency, hp.alpha_k, hp.sigma)
-    return mix(params, xi)
+    """``u [S, ...]``: every slot's personalised cloud model (along its neighbor list)."""
+    d = neighbor_sq_dist(params, ctx.neighbors, shards=ctx.shards)  # [S, K]
+    xi = attention_weights(d, ctx.neighbor_mask, hp.alpha_k, hp.sigma)
+    return mix_sparse(params, ctx.neighbors, xi, shards=ctx.shards)
 
 
 def _round(

@@ -1,9 +1,11 @@
 """pFedWN (paper Eq. 5, Alg. 1 and 2): EM-weighted aggregation over the selected neighbors.
 
 Each round, every target row ``i`` (``ctx.is_target``) mixes its model with the models it
-receives along its adjacency row,
+receives along its neighbor list (``ctx.neighbors [S, K]``, column 0 = ``i`` itself),
 
-    ``w_i <- a * w_i + (1 - a) * sum_m pi[i, m] * w_m``            (Eq. 5)
+    ``w_i <- a * w_i + (1 - a) * sum_{k >= 1} pi[i, k] * w_{neighbors[i, k]}``      (Eq. 5)
+
+a gather and a weighted sum (``mix_sparse``), O(S K P).
 
 and then every slot trains locally (E local epochs). Non-target slots (the selected neighbors
 in single-target mode) only train locally and send, as in Alg. 2. One ``local_update`` call
@@ -12,7 +14,10 @@ round ``t`` are the ones they finished in round ``t - 1`` (Alg. 2 lets them trai
 same round; with the shared initial model the two orders differ by that one-round shift).
 
 The weights ``pi[i, :]`` come from EM (Alg. 1, App. B) on target ``i``'s training data, with
-the received neighbor models as the mixture components:
+the received neighbor models as the mixture components. The components are the list entries
+``(i, k)``, ``k >= 1``, with ``neighbor_mask`` True on a target row: a fixed ``S (K - 1)``
+pairs, the real ones first (row-major), the rest masked (they take no training step); the
+responsibilities are ``[S, K, n]`` per target's own ``n`` samples.
 
 - schedule: no aggregation during ``warmup_rounds`` rounds of local training (EM on untrained
   models would see identical losses); at round ``warmup_rounds`` pi is estimated; then frozen
@@ -25,9 +30,10 @@ the received neighbor models as the mixture components:
   the neighbors' own models, EM only decides the weights.
 - ``floor`` keeps every selected neighbor's weight at least that large.
 
-Records per round: ``pi [S, S]`` (row i: target i's weights over its neighbors, 0 elsewhere)
-and ``pi_trace [em_steps + 2, S, S]`` (the latest estimate's path: uniform prior, pi after
-each outer EM step, final refined pi: the paper's Fig. 8 curve).
+Records per round: ``pi [S, K]`` (row i: target i's weights over its neighbor list, columns
+as in ``ctx.neighbors``; column 0, the target itself, and padding are 0, as are non-target
+rows) and ``pi_trace [em_steps + 2, S, K]`` (the latest estimate's path: uniform prior, pi
+after each outer EM step, final refined pi: the paper's Fig. 8 curve).
 """
 
 from __future__ import annotations
@@ -39,14 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pfedwn_jax._checks import (
-    INT32_MAX,
-    check_bool,
-    check_float,
-    check_int,
-    is_concrete,
-    set_fields,
-)
+from pfedwn_jax._checks import INT32_MAX, check_bool, check_float, check_int, set_fields
 from pfedwn_jax.algorithms.base import Algorithm, RoundContext, register
 from pfedwn_jax.algorithms.common import (
     check_shape,
@@ -56,7 +55,7 @@ from pfedwn_jax.algorithms.common import (
     local_update,
 )
 from pfedwn_jax.em import estimate_weights, m_step, responsibilities
-from pfedwn_jax.engine import ClientState, cross_evaluate, mix, take_slots
+from pfedwn_jax.engine import ClientState, cross_evaluate, mix_sparse, take_slots
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,14 +114,13 @@ class PFedWNState(NamedTuple):
 
     Attributes:
       clients: stacked engine ``ClientState`` of the S slots.
-      pi: ``[S, S]`` aggregation weights (row i sums to 1 over target i's neighbors once
-        estimated; 0 before the first estimate and on non-target rows).
-      pi_trace: ``[em_steps + 2, S, S]`` the latest estimate's path: the uniform prior, pi
+      pi: ``[S, K]`` aggregation weights over each row's neighbor list (row i sums to 1 over
+        target i's neighbors once estimated; column 0 and padding 0; 0 before the first
+        estimate and on non-target rows).
+      pi_trace: ``[em_steps + 2, S, K]`` the latest estimate's path: the uniform prior, pi
         after each outer EM step, and the final (refined) pi.
       rounds_done: ``[]`` int32, completed rounds.
       train_loss: ``[S]`` mean local training loss of the last round.
-      pair_target: ``[P]`` int32 target slot of each EM component (target, neighbor) pair.
-      pair_neighbor: ``[P]`` int32 neighbor slot of each pair.
     """
 
     clients: Any
@@ -130,41 +128,76 @@ class PFedWNState(NamedTuple):
     pi_trace: jax.Array
     rounds_done: jax.Array
     train_loss: jax.Array
-    pair_target: jax.Array
-    pair_neighbor: jax.Array
 
 
-def em_pairs(adjacency: Any, is_target: Any) -> tuple[jax.Array, jax.Array]:
-    """The (target, neighbor) slot pairs EM needs: ``adjacency[i, j]``, ``i != j``, target i.
+def weighed(ctx: RoundContext) -> jax.Array:
+    """``[S, K]`` bool: target row ``s`` weighs list entry ``k`` (a real neighbor, ``k >= 1``)."""
+    k = ctx.neighbors.shape[1]
+    return ctx.neighbor_mask & ctx.is_target[:, None] & (jnp.arange(k) > 0)[None, :]
 
-    With concrete (host) arrays only the real pairs are listed (P = number of target-neighbor
-    links); under tracing every off-diagonal pair is listed (P = S (S - 1)) and the masks in
-    ``neighbor_mask`` discard the others. Returns ``(pair_target [P], pair_neighbor [P])``.
+
+class EMPairs(NamedTuple):
+    """The EM components: list entries ``(slot, col)``, ``col >= 1``, real pairs first.
+
+    Attributes:
+      slot: ``[P]`` int32 target slot of each pair, ``P = S (K - 1)``.
+      col: ``[P]`` int32 column of the pair in the target's neighbor list.
+      neighbor: ``[P]`` int32 the neighbor's slot (``neighbors[slot, col]``).
+      valid: ``[P]`` bool, a real pair (``weighed``); the masked pairs come last.
+      inverse: ``[S * (K - 1)]`` int32, the pair of each row-major entry ``(s, k - 1)``.
     """
-    if is_concrete(adjacency) and is_concrete(is_target):
-        adj = np.asarray(adjacency, bool) & np.asarray(is_target, bool)[:, None]
-        np.fill_diagonal(adj, False)
-        ti, nj = np.nonzero(adj)
-    else:
-        s = adjacency.shape[0]
-        ti, nj = np.nonzero(~np.eye(s, dtype=bool))
-    return jnp.asarray(ti, jnp.int32), jnp.asarray(nj, jnp.int32)
+
+    slot: jax.Array
+    col: jax.Array
+    neighbor: jax.Array
+    valid: jax.Array
+    inverse: jax.Array
 
 
-def neighbor_mask(ctx: RoundContext, pair_target: jax.Array, pair_neighbor: jax.Array):
-    """``[S, S]`` bool: target i weighs neighbor j (a listed pair on an adjacency edge)."""
-    s = ctx.num_slots
-    listed = jnp.zeros((s, s), bool).at[pair_target, pair_neighbor].set(True)
-    eye = jnp.eye(s, dtype=bool)
-    return listed & ctx.adjacency & ctx.is_target[:, None] & ~eye
+def em_pairs(ctx: RoundContext) -> EMPairs:
+    """The ``S (K - 1)`` EM pairs of the lists (jittable, fixed shape; see ``EMPairs``).
+
+    Real pairs keep their row-major order at the front, so pair ``p`` (whose index keys its
+    minibatch order in ``local_update``) is the ``p``-th real target-neighbor link whatever the
+    padding: results do not depend on ``K`` or on padded slots.
+    """
+    k = ctx.neighbors.shape[1]
+    valid = weighed(ctx)[:, 1:].reshape(-1)  # [S (K - 1)] row-major
+    order = jnp.argsort(~valid, stable=True).astype(jnp.int32)
+    slot, col = order // (k - 1), order % (k - 1) + 1
+    inverse = jnp.argsort(order).astype(jnp.int32)
+    return EMPairs(slot, col, ctx.neighbors[slot, col], valid[order], inverse)
+
+
+def _per_entry(values: jax.Array, pairs: EMPairs, s: int) -> jax.Array:
+    """Per-pair rows ``[P, N]`` back to the neighbor columns ``[S, K - 1, N]`` (a gather)."""
+    return values[pairs.inverse].reshape(s, -1, values.shape[-1])
+
+
+def _with_self_column(pi: jax.Array) -> jax.Array:
+    """``[..., S, K - 1]`` weights over the neighbor columns -> ``[..., S, K]`` (column 0 = 0)."""
+    pad = [(0, 0)] * (pi.ndim - 1) + [(1, 0)]
+    return jnp.pad(pi, pad)
+
+
+def aggregation_weights(pi: jax.Array, a: float | jax.Array, apply: jax.Array) -> jax.Array:
+    """Eq. 5 as ``[S, K]`` weights for ``mix_sparse``: row s = ``a e_0 + (1 - a) pi[s]``.
+
+    ``pi [S, K]`` (column 0, the slot itself, is 0), ``apply [S]`` bool. Rows with ``apply[s]``
+    False, or whose pi row is all zero (no neighbor), keep their own model (``e_0``).
+    """
+    check_shape("pi", pi, (None, None), "[S, K]")
+    s, k = np.shape(pi)
+    check_shape("apply", apply, (s,))
+    own = (jnp.arange(k) == 0).astype(jnp.float32)[None, :]
+    has = apply & (pi.sum(1) > 0)
+    mixed = a * own + (1.0 - a) * pi.astype(jnp.float32)
+    return jnp.where(has[:, None], mixed, own)
 
 
 def aggregation_matrix(pi: jax.Array, a: float | jax.Array, apply: jax.Array) -> jax.Array:
-    """Eq. 5 as an ``[S, S]`` mixing matrix: row i = ``a e_i + (1 - a) pi[i]``.
-
-    ``pi [S, S]``, ``apply [S]`` bool. Rows with ``apply[i]`` False, or whose pi row is all
-    zero (no neighbor), are identity rows.
-    """
+    """Eq. 5 as a dense ``[S, S]`` mixing matrix from a dense ``pi [S, S]`` (small networks and
+    tests): row i = ``a e_i + (1 - a) pi[i]``; identity where ``apply`` is False or pi is 0."""
     s = check_square("pi", pi)
     check_shape("apply", apply, (s,))
     eye = jnp.eye(s, dtype=jnp.float32)
@@ -173,28 +206,24 @@ def aggregation_matrix(pi: jax.Array, a: float | jax.Array, apply: jax.Array) ->
     return jnp.where(has[:, None], mixed, eye)
 
 
-def _dense(values: jax.Array, pt: jax.Array, pn: jax.Array, s: int) -> jax.Array:
-    """Scatter per-pair rows ``[P, N]`` into ``[S, S, N]`` (zeros elsewhere)."""
-    return jnp.zeros((s, s, values.shape[-1]), values.dtype).at[pt, pn].set(values)
-
-
 def estimate_pi(
-    params: Any, key: jax.Array, ctx: RoundContext, hp: PFedWNHParams, pt: jax.Array, pn: jax.Array
+    params: Any, key: jax.Array, ctx: RoundContext, hp: PFedWNHParams
 ) -> tuple[jax.Array, jax.Array]:
     """EM estimate of pi from the slots' current models (see the module docstring).
 
-    Returns ``(pi [S, S], trace [em_steps + 2, S, S])`` (prior, each outer step, final).
+    Returns ``(pi [S, K], trace [em_steps + 2, S, K])`` (prior, each outer step, final).
     """
     s = ctx.num_slots
-    nmask = neighbor_mask(ctx, pt, pn)
+    pairs = em_pairs(ctx)
+    nmask = weighed(ctx)[:, 1:]  # [S, K - 1] the EM runs over the neighbor columns
     smask = ctx.train.mask[ctx.data_client]  # [S, N] the target's real samples
-    dc = ctx.data_client[pt]  # [P] component p is evaluated/trained on its target's data
-    comp = take_slots(params, pn)
-    p_idx = jnp.arange(pt.shape[0], dtype=jnp.int32)
+    dc = ctx.data_client[pairs.slot]  # [P] component p is evaluated/trained on its target's data
+    comp = take_slots(params, pairs.neighbor)
+    p_idx = jnp.arange(pairs.slot.shape[0], dtype=jnp.int32)
 
     def losses_of(comp_params: Any) -> jax.Array:
         per = cross_evaluate(ctx.model, comp_params, ctx.train, p_idx, dc)["loss"]
-        return _dense(per.astype(jnp.float32), pt, pn, s)
+        return _per_entry(per.astype(jnp.float32), pairs, s)  # [S, K - 1, N]
 
     def em_step(carry: tuple[Any, jax.Array], step: jax.Array):
         comp_state, pi = carry
@@ -207,7 +236,8 @@ def estimate_pi(
                 jax.random.fold_in(key, step),
                 data_client=dc,
                 epochs=hp.component_epochs,
-                sample_weight=lam[pt, pn],
+                sample_weight=lam[pairs.slot, pairs.col - 1],
+                active=pairs.valid,
             )
         return (comp_state, pi), pi
 
@@ -219,22 +249,20 @@ def estimate_pi(
     pi = estimate_weights(
         losses, smask, nmask, pi, num_iters=hp.em_iters, tol=hp.em_tol, floor=hp.floor
     )
-    return pi, jnp.concatenate([trace, pi[None]], axis=0)
+    trace = jnp.concatenate([trace, pi[None]], axis=0)
+    return _with_self_column(pi), _with_self_column(trace)
 
 
 def init(key: jax.Array, ctx: RoundContext, hp: PFedWNHParams) -> PFedWNState:
-    """The shared initial model in every slot, no weights yet, and the EM pairs."""
+    """The shared initial model in every slot and no weights yet (``pi [S, K]`` zeros)."""
     clients = init_clients(key, ctx)  # checks the context's shapes first
-    s = ctx.num_slots
-    pt, pn = em_pairs(ctx.adjacency, ctx.is_target)
+    s, k = ctx.neighbors.shape
     return PFedWNState(
         clients=clients,
-        pi=jnp.zeros((s, s), jnp.float32),
-        pi_trace=jnp.zeros((hp.em_steps + 2, s, s), jnp.float32),
+        pi=jnp.zeros((s, k), jnp.float32),
+        pi_trace=jnp.zeros((hp.em_steps + 2, s, k), jnp.float32),
         rounds_done=jnp.zeros((), jnp.int32),
         train_loss=jnp.zeros((s,), jnp.float32),
-        pair_target=pt,
-        pair_neighbor=pn,
     )
 
 
@@ -251,7 +279,7 @@ def _arrived(pi: jax.Array, ctx: RoundContext) -> jax.Array:
     none left is all zero: the target keeps its own model, Eq. 5 with nothing to mix)."""
     if ctx.links is None:  # ideal links: pi as estimated (bit for bit)
         return pi
-    kept = pi * ctx.adjacency
+    kept = pi * ctx.neighbor_mask
     total = kept.sum(1, keepdims=True)
     return jnp.where(total > 0, kept / jnp.where(total > 0, total, 1.0), 0.0)
 
@@ -260,17 +288,19 @@ def _round(state: PFedWNState, key: jax.Array, ctx: RoundContext, hp: PFedWNHPar
     # training uses `key` itself, exactly as Local does (so a = 1 reproduces Local bit for bit)
     em_key, train_key = jax.random.fold_in(key, 0x5EED), key
     params = state.clients.params
-    if state.pair_target.shape[0] > 0:
+    if ctx.neighbors.shape[1] > 1:
         pi, trace = jax.lax.cond(
             em_due(state.rounds_done, hp),
-            lambda: estimate_pi(params, em_key, ctx, hp, state.pair_target, state.pair_neighbor),
+            lambda: estimate_pi(params, em_key, ctx, hp),
             lambda: (state.pi, state.pi_trace),
         )
     else:  # nobody has a neighbor: pFedWN is local training
         pi, trace = state.pi, state.pi_trace
     apply = ctx.is_target & (state.rounds_done >= hp.warmup_rounds)
-    matrix = aggregation_matrix(_arrived(pi, ctx), hp.a, apply)
-    clients = state.clients._replace(params=mix(params, matrix))
+    weights = aggregation_weights(_arrived(pi, ctx), hp.a, apply)
+    clients = state.clients._replace(
+        params=mix_sparse(params, ctx.neighbors, weights, shards=ctx.shards)
+    )
     clients, metrics = local_update(ctx, clients, train_key)
     return PFedWNState(
         clients=clients,
@@ -278,8 +308,6 @@ def _round(state: PFedWNState, key: jax.Array, ctx: RoundContext, hp: PFedWNHPar
         pi_trace=trace,
         rounds_done=state.rounds_done + 1,
         train_loss=metrics["loss"],
-        pair_target=state.pair_target,
-        pair_neighbor=state.pair_neighbor,
     )
 
 

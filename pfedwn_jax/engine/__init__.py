@@ -15,8 +15,11 @@ from pfedwn_jax.engine.strategy import STRATEGIES, resolve_strategy
 from pfedwn_jax.engine.train import local_train
 from pfedwn_jax.engine.tree import (
     broadcast_slots,
+    check_neighbors,
     flatten_slots,
     mix,
+    mix_sparse,
+    neighbor_sq_dist,
     num_slots_of,
     sq_dist,
     take_slots,
@@ -27,6 +30,7 @@ __all__ = [
     "STRATEGIES",
     "ClientState",
     "broadcast_slots",
+    "check_neighbors",
     "constrain_slots",
     "cross_evaluate",
     "default_loss",
@@ -35,6 +39,8 @@ __all__ = [
     "init_client_state",
     "local_train",
     "mix",
+    "mix_sparse",
+    "neighbor_sq_dist",
     "num_slots_of",
     "per_sample_ce",
     "put_slots",

@@ -56,6 +56,7 @@ class Federation:
         receives, in increasing order, padded with s; set for large (candidate-list) networks
         and derivable from `adjacency` otherwise.
       neighbor_mask: `[S, K]` bool, the real entries of `neighbor_lists`.
+      neighbor_perr: `[S, K]` P_err of each listed link (with `neighbor_lists`).
     """
 
     mode: str
@@ -69,6 +70,7 @@ class Federation:
     positions: np.ndarray
     neighbor_lists: np.ndarray | None = None
     neighbor_mask: np.ndarray | None = None
+    neighbor_perr: np.ndarray | None = None
 
     @property
     def num_slots(self) -> int:
@@ -250,7 +252,7 @@ def sparse_network_federation(config: ExperimentConfig) -> Federation:
         np.float64,
     )
     selected = _select(config, perr, np.asarray(cmask))
-    lists, mask = _lists_from_selection(np.asarray(idx), selected)
+    lists, mask, list_perr = _lists_from_selection(np.asarray(idx), selected, perr)
     n = positions.shape[0]
     return Federation(
         mode="network",
@@ -264,19 +266,25 @@ def sparse_network_federation(config: ExperimentConfig) -> Federation:
         positions=positions,
         neighbor_lists=lists,
         neighbor_mask=mask,
+        neighbor_perr=list_perr,
     )
 
 
-def _lists_from_selection(idx: np.ndarray, selected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`[N, K']` lists: the node itself, then its selected candidates in increasing order."""
+def _lists_from_selection(
+    idx: np.ndarray, selected: np.ndarray, perr: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`[N, K']` lists (the node itself, then its selected candidates in increasing order),
+    their mask and each listed link's P_err (0 for the node itself)."""
     n = idx.shape[0]
     k = int(selected.sum(1).max(initial=0)) + 1
     key = np.where(selected, idx.astype(np.int64), np.iinfo(np.int64).max)
-    order = np.sort(key, axis=1)[:, : k - 1]
-    mask = np.concatenate([np.ones((n, 1), bool), order != np.iinfo(np.int64).max], axis=1)
+    order = np.argsort(key, axis=1, kind="stable")[:, : k - 1]
+    chosen = np.take_along_axis(key, order, 1)
+    mask = np.concatenate([np.ones((n, 1), bool), chosen != np.iinfo(np.int64).max], axis=1)
     own = np.arange(n)[:, None]
-    lists = np.concatenate([own, np.where(mask[:, 1:], order, own)], axis=1)
-    return lists.astype(np.int64), mask
+    lists = np.concatenate([own, np.where(mask[:, 1:], chosen, own)], axis=1)
+    link_perr = np.concatenate([np.zeros((n, 1)), np.take_along_axis(perr, order, 1)], axis=1)
+    return lists.astype(np.int64), mask, np.where(mask, link_perr, 0.0)
 
 
 def dense_view(lists: np.ndarray, mask: np.ndarray) -> np.ndarray:

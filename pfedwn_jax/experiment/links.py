@@ -8,8 +8,9 @@ link's P_err, and `sample_received(key, links)` draws one round's outcome for al
 targets at once: `bernoulli` (independent failures with P_err or a fixed probability, the
 draws of `wireless.bernoulli_received` keyed per link) or
 `physical` (block fading and interference redrawn, `wireless.links.physical_received`). The
-round then trains with `adjacency & received` (`restrict`), so every algorithm combines only
-what arrived (see docs/robustness.md for what that means per algorithm).
+round then trains with `neighbor_mask & received` (the lists are the context's own), so
+every algorithm combines only what arrived (see docs/robustness.md for what that means per
+algorithm).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from pfedwn_jax.algorithms import neighbor_lists
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.experiment.federation import Federation, channel_params, network_perr
 from pfedwn_jax.wireless import ChannelParams, physical_received
@@ -60,9 +62,7 @@ def slot_perr(fed: Federation, config: ExperimentConfig) -> np.ndarray:
     """`[S, S]` P_err of link j -> i between the slots (all network nodes interfering)."""
     if fed.mode == "network":
         return np.asarray(fed.perr)
-    full = network_perr(
-        fed.positions, config.gamma_th, channel_params(config), config.moments
-    )
+    full = network_perr(fed.positions, config.gamma_th, channel_params(config), config.moments)
     return full[np.ix_(fed.data_client, fed.data_client)]
 
 
@@ -70,15 +70,13 @@ def build_links(fed: Federation, config: ExperimentConfig) -> Links | None:
     """The `Links` of a federation (None for `link_model="ideal"`)."""
     if config.link_model == "ideal":
         return None
-    adjacency = np.asarray(fed.adjacency, bool)
-    s = adjacency.shape[0]
-    off = adjacency & ~np.eye(s, dtype=bool)
-    k = int(off.sum(1).max(initial=0)) + 1
-    order = np.argsort(~off, axis=1, kind="stable")[:, : k - 1]  # selected first, in order
-    mask = np.concatenate([np.ones((s, 1), bool), np.take_along_axis(off, order, 1)], 1)
-    own = np.arange(s)[:, None]
-    lists = np.concatenate([own, np.where(mask[:, 1:], order, own)], 1)
-    perr = np.take_along_axis(slot_perr(fed, config), lists, 1) * mask
+    if fed.neighbor_lists is not None:  # a large network: its lists and their P_err
+        lists, mask, perr = fed.neighbor_lists, fed.neighbor_mask, fed.neighbor_perr.copy()
+    else:  # the runner's lists of the adjacency (`algorithms.neighbor_lists`)
+        lists, mask = neighbor_lists(np.asarray(fed.adjacency, bool))
+        perr = np.take_along_axis(slot_perr(fed, config), lists, 1)
+    s = lists.shape[0]
+    perr = np.where(mask, perr, 0.0)
     perr[:, 0] = 0.0
     failure = None if config.link_failure is None else jnp.float32(config.link_failure)
     return Links(
@@ -123,10 +121,3 @@ def _link_uniforms(key: jax.Array, s: int, k: int) -> jax.Array:
         return jax.random.uniform(jax.random.fold_in(jax.random.fold_in(key, i), j))
 
     return jax.vmap(lambda i: jax.vmap(lambda j: one(i, j))(jnp.arange(k)))(jnp.arange(s))
-
-
-def received_adjacency(links: Links, received: jax.Array) -> jax.Array:
-    """`[S, S]` bool: slot i received slot j's model this round (diagonal True)."""
-    s = links.lists.shape[0]
-    rows = jnp.broadcast_to(jnp.arange(s)[:, None], links.lists.shape)
-    return jnp.zeros((s, s), bool).at[rows, links.lists].max(received)

@@ -127,9 +127,20 @@ def format_table_cases(
     return "\n".join(lines)
 
 
+def pi_columns(result: Result, num_cols: int) -> np.ndarray:
+    """`[S, K]` slot of each column of an `[S, K]` record such as pFedWN's `pi`: the network's
+    `slot_neighbors`; for a results file written before the neighbor lists (dense `[S, S]`
+    records) column j is slot j."""
+    nbr = result.network.get("slot_neighbors")
+    if nbr is not None:
+        return np.asarray(nbr, np.int64)
+    slots = int(result.network["num_slots"])
+    return np.tile(np.arange(num_cols), (slots, 1))
+
+
 def pi_targets(result: Result, method: str = "pfedwn", max_targets: int = 4) -> list[int]:
     """Target slots whose pi row is nonzero at the end (at most `max_targets`)."""
-    pi = result.records(method, "pi")  # [R, S, S]
+    pi = result.records(method, "pi")  # [R, S, K]
     is_target = np.asarray(result.network["is_target"], bool)
     return [i for i in range(pi.shape[1]) if is_target[i] and np.nansum(pi[-1, i]) > 0][
         :max_targets
@@ -153,9 +164,10 @@ def plot_pi_history(
     plt = pyplot()
     if not targets or plt is None:
         return None
-    pi = result.records(method, "pi")  # [R, S, S]
-    trace = result.records(method, "pi_trace")  # [R, K, S, S]
+    pi = result.records(method, "pi")  # [R, S, K]: columns as in network.slot_neighbors
+    trace = result.records(method, "pi_trace")  # [R, em_steps + 2, S, K]
     clients = list(result.network.get("slot_client", range(pi.shape[1])))
+    columns = pi_columns(result, pi.shape[2])
     rounds = np.arange(1, pi.shape[0] + 1)
     fig, axes = plt.subplots(
         len(targets), 2, figsize=(9.0, 2.8 * len(targets)), dpi=120, squeeze=False
@@ -166,7 +178,7 @@ def plot_pi_history(
         neighbors = [j for j in range(pi.shape[2]) if np.any(pi[estimated, i, j] > 0)]
         steps = np.arange(trace.shape[1])
         for j in neighbors:
-            label = f"neighbor {clients[j]}"
+            label = f"neighbor {clients[columns[i, j]]}"
             row[0].plot(steps, trace[first, :, i, j], marker="o", ms=3, lw=1.5, label=label)
             # before the first estimate the target does not aggregate: no weight to show
             shown = np.where(np.nansum(pi[:, i], axis=1) > 0, pi[:, i, j], np.nan)

@@ -46,6 +46,7 @@ from pfedwn_jax.algorithms import (
     bind_hparams,
     get_algorithm,
     hparam_values,
+    neighbor_lists,
     static_hparams,
 )
 from pfedwn_jax.data import DEFAULT_DATASET, ClientData, FederatedData, load_dataset, make_federated
@@ -58,7 +59,6 @@ from pfedwn_jax.experiment.federation import Federation, build_federation
 from pfedwn_jax.experiment.links import (
     LINK_SALT,
     build_links,
-    received_adjacency,
     sample_received,
 )
 from pfedwn_jax.experiment.results import Result, append_round, finish_entry, new_entry, round_row
@@ -107,7 +107,13 @@ def build_context(
 
     SGD's learning rate and momentum are leaves of the context (`RoundContext.tx`), so runs
     that differ only in them share one compiled round; momentum 0 is plain SGD (no trace).
+    Who receives whom goes in as neighbor lists `[S, K]` (`neighbor_lists` of the federation's
+    adjacency); the dense `ctx.adjacency` is left unset (no algorithm reads it).
     """
+    if fed.neighbor_lists is not None:  # a large network hands over its lists
+        neighbors, neighbor_mask = fed.neighbor_lists, fed.neighbor_mask
+    else:
+        neighbors, neighbor_mask = neighbor_lists(fed.adjacency)
     train = jax.tree_util.tree_map(jnp.asarray, data.train)
     data_client = jnp.asarray(fed.data_client, jnp.int32)
     num_samples = jnp.asarray(np.asarray(data.train.count)[fed.data_client], jnp.float32)
@@ -116,7 +122,8 @@ def build_context(
         optimizer=None,
         train=train,
         data_client=data_client,
-        adjacency=jnp.asarray(fed.adjacency, bool),
+        neighbors=jnp.asarray(neighbors, jnp.int32),
+        neighbor_mask=jnp.asarray(neighbor_mask, bool),
         is_target=jnp.asarray(fed.is_target, bool),
         num_samples=num_samples,
         batch_size=config.batch_size,
@@ -218,16 +225,15 @@ def jitted_step(alg, hp):
 
 
 def _draw_links(ctx: RoundContext, key: jax.Array) -> tuple[RoundContext, dict]:
-    """This round's link outcomes (`experiment.links`): `ctx` with `adjacency` restricted to
-    the models that arrived, and the records `link_received [S, K]`, `link_failure_rate`."""
+    """This round's link outcomes (`experiment.links`): `ctx` with `neighbor_mask` restricted
+    to the models that arrived, and the records `link_received [S, K]`, `link_failure_rate`."""
     if ctx.links is None:
         return ctx, {}
     received = sample_received(jax.random.fold_in(key, LINK_SALT), ctx.links)
     real = ctx.links.mask.at[:, 0].set(False)
     rate = 1.0 - (received & real).sum() / jnp.maximum(real.sum(), 1)
-    adjacency = ctx.adjacency & received_adjacency(ctx.links, received)
     records = {"link_received": received, "link_failure_rate": rate.astype(jnp.float32)}
-    return ctx.replace(adjacency=adjacency), records
+    return ctx.replace(neighbor_mask=ctx.neighbor_mask & received), records
 
 
 @functools.lru_cache(maxsize=32)
@@ -441,10 +447,21 @@ def data_info(data: FederatedData) -> dict[str, Any]:
 def assemble_result(
     exp: Experiment, methods: dict[str, dict[str, Any]], setup_s: float, t_start: float
 ) -> Result:
-    """The `Result` of `exp` with the methods' entries (in run order)."""
+    """The `Result` of `exp` with the methods' entries (in run order).
+
+    `network` is the federation's description plus the neighbor lists of the slots,
+    `slot_neighbors [S][K]` and `slot_neighbor_mask [S][K]`: the columns of `[S, K]` records
+    such as pFedWN's `pi` (column k of row s is slot `slot_neighbors[s][k]`, data client
+    `slot_client[slot_neighbors[s][k]]`; column 0 is the slot itself).
+    """
+    network = {
+        **exp.federation.to_dict(),
+        "slot_neighbors": np.asarray(exp.ctx.neighbors).tolist(),
+        "slot_neighbor_mask": np.asarray(exp.ctx.neighbor_mask).tolist(),
+    }
     return Result(
         config=exp.config,
-        network=exp.federation.to_dict(),
+        network=network,
         data=data_info(exp.data),
         methods=methods,
         environment=environment(),

@@ -10,8 +10,11 @@ config computes:
   engine skips bit for bit;
 - data clients: one more, empty, data client at the end (the *ghost*; count 0);
 - slots: padded slots train on the ghost (no step), are nobody's target or neighbor (their
-  adjacency row and column are False but for their own diagonal), weigh 1 in their own
-  average (`num_samples` 1, so nothing divides by zero), and their results are dropped.
+  neighbor list is `[s, s, ...]` with only column 0 True, and no other list names them),
+  weigh 1 in their own average (`num_samples` 1, so nothing divides by zero), and their
+  results are dropped;
+- neighbor lists: every run's `[S, K]` lists are padded to the group's largest `K` with
+  masked entries (index: the row's own slot), which every algorithm weighs 0.
 
 Then `stack_runs` stacks every leaf along a new leading axis, except leaves equal in every run
 (e.g. the learning rate of a seed sweep, or the data of runs with one data seed): those are
@@ -71,11 +74,12 @@ def pad_client_data(data: ClientData, clients: int, samples: int) -> ClientData:
 
 
 class Shapes:
-    """The common shapes of a group: slots `S`, data clients `N` (ghost included), samples of
-    the train and test splits."""
+    """The common shapes of a group: slots `S`, neighbor list width `K`, data clients `N`
+    (ghost included), samples of the train and test splits."""
 
     def __init__(self, exps: Sequence[Experiment]) -> None:
         self.slots = max(e.federation.num_slots for e in exps)
+        self.degree = max(int(e.ctx.neighbors.shape[1]) for e in exps)  # K: max in-degree + 1
         self.clients = max(e.data.train.num_clients for e in exps) + 1  # + the ghost
         self.train = max(e.data.train.max_samples for e in exps)
         self.test = max(e.data.test.max_samples for e in exps)
@@ -86,15 +90,32 @@ class Shapes:
         return self.clients - 1
 
 
+def pad_lists(
+    neighbors: np.ndarray, mask: np.ndarray, slots: int, degree: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Neighbor lists `[S, K]` padded to `[slots, degree]` (host): new columns point at the
+    row's own slot, masked; new rows are `[s, s, ...]` with only column 0 True."""
+    s, k = neighbors.shape
+    out = np.repeat(np.arange(slots, dtype=np.int32)[:, None], degree, axis=1)
+    out_mask = np.zeros((slots, degree), bool)
+    out_mask[:, 0] = True
+    out[:s, :k], out_mask[:s, :k] = neighbors, mask
+    out[:s, :k] = np.where(mask, neighbors, out[:s, :k])
+    return out, out_mask
+
+
 def pad_context(exp: Experiment, shapes: Shapes) -> tuple[RoundContext, ClientData]:
     """`(ctx, test)` of `exp` padded to `shapes` (see the module docstring); host arrays."""
-    ctx, s, n = exp.ctx, exp.federation.num_slots, shapes.slots
-    adjacency = _pad_axis(_pad_axis(np.asarray(ctx.adjacency), 0, n, False), 1, n, False)
-    adjacency[np.arange(s, n), np.arange(s, n)] = True
+    ctx, n = exp.ctx, shapes.slots
+    neighbors, mask = pad_lists(
+        np.asarray(ctx.neighbors), np.asarray(ctx.neighbor_mask), n, shapes.degree
+    )
     padded = ctx.replace(
         train=pad_client_data(exp.data.train, shapes.clients, shapes.train),
         data_client=_pad_axis(np.asarray(ctx.data_client), 0, n, shapes.ghost),
-        adjacency=adjacency,
+        neighbors=neighbors,
+        neighbor_mask=mask,
+        adjacency=None,
         is_target=_pad_axis(np.asarray(ctx.is_target), 0, n, False),
         num_samples=_pad_axis(np.asarray(ctx.num_samples), 0, n, 1.0),
         lr=np.asarray(ctx.lr),
@@ -128,7 +149,8 @@ def stack_runs(trees: Sequence[Any], *, pad_ragged: bool = False) -> tuple[Any, 
 
     A leaf equal in every run is kept once (axis None), any other is stacked (axis 0).
     `pad_ragged`: leaves whose shapes differ between runs are zero-padded at the end of each
-    axis first (pFedWN's EM pair lists, whose padding pair (0, 0) is a diagonal no-op).
+    axis first (states whose shapes follow the unpadded context; the states `init` builds
+    from padded contexts already agree).
     Leaves come back as device arrays (`jnp`), not yet placed on a mesh.
     """
     flat = [jax.tree_util.tree_flatten(t) for t in trees]
