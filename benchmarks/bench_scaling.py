@@ -52,6 +52,7 @@ def one_case(nodes: int, model: str, method: str, rounds: int) -> dict:
         partition="dirichlet",
         alpha=0.5,
         batch_size=32,
+        min_samples=5,  # 10,000 clients x 5 <= 70,000 samples
         dataset="npz:" + str(HERE.parent.parent / "shared" / "data" / "mnist.npz"),
     )
     t0 = time.perf_counter()

@@ -36,6 +36,7 @@ INT_FIELDS = {
     "seed": (0, SEED_MAX),
     "data_seed": (0, SEED_MAX),
     "topology_seed": (0, SEED_MAX),
+    "min_samples": (1, INT32_MAX),
 }
 # field -> (low, high, low_inclusive, high_inclusive) of the float fields
 FLOAT_FIELDS = {
@@ -46,8 +47,19 @@ FLOAT_FIELDS = {
     "gamma_th": (0.0, math.inf, False, False),
     "eps": (0.0, 1.0, False, False),
 }
-CHOICE_FIELDS = ("partition", "model", "mode", "moments")
-OPTIONAL = ("local_steps", "data_seed", "dataset", "data_dir")
+CHOICE_FIELDS = ("partition", "model", "mode", "moments", "interference_tail", "link_model")
+# candidates / interference_cutoff need mode="network", link_failure link_model="bernoulli":
+# on their own only None passes
+OPTIONAL = (
+    "local_steps",
+    "data_seed",
+    "dataset",
+    "data_dir",
+    "node_density",
+    "candidates",
+    "interference_cutoff",
+    "link_failure",
+)
 HPARAM_FIELDS = [
     (name, f.name)
     for name in available_algorithms()
@@ -318,6 +330,10 @@ def _assert_stored_normalised(field: str, given_value, stored) -> None:
         assert type(stored) is str and stored == given_value
     elif field == "target":
         assert stored == "random" or (type(stored) is int and stored == given_value)
+    elif field == "node_density":  # optional float
+        assert type(stored) is float and 0 < stored < math.inf and stored == float(given_value)
+    elif field == "selection":
+        assert type(stored) is bool and stored == given_value
     elif field == "algorithms":
         assert type(stored) is tuple and all(a in available_algorithms() for a in stored)
     else:  # hparams, channel: plain dicts

@@ -80,6 +80,8 @@ class ExperimentConfig:
       channel: overrides of `ChannelParams` fields, e.g. `{"num_subchannels": 20}`.
 
     Large networks (network mode; see docs/wireless.md "Large networks"):
+      min_samples: samples every client gets at least (default 20, the partitions' own);
+        10,000 clients of full MNIST (70,000 samples) need 7 or fewer.
       node_density: nodes per m^2; the square area's side becomes `sqrt(clients / density)`
         (overrides `channel.area_m`), so a larger network covers a larger area. None: the
         channel's area (50 m, Table I).
@@ -124,6 +126,7 @@ class ExperimentConfig:
     topology_seed: int = 0
     target: int | str = 0
     channel: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    min_samples: int = 20
     node_density: float | None = None
     candidates: int | None = None
     interference_cutoff: float | None = None
@@ -334,6 +337,7 @@ def _check_large(cfg: ExperimentConfig, n: int) -> dict[str, Any]:
         for k in ("candidates", "interference_cutoff"):
             if out[k] is not None:
                 raise ValueError(f"{k} applies to mode='network' only; got mode={cfg.mode!r}")
+    out["min_samples"] = check_int("min_samples", cfg.min_samples, 1, INT32_MAX)
     out["interference_tail"] = check_choice("interference_tail", cfg.interference_tail, TAILS)
     return out
 

@@ -87,6 +87,7 @@ def load_data(config: ExperimentConfig) -> FederatedData:
             seed=seed,
             alpha=config.alpha,
             train_frac=config.train_frac,
+            min_samples=config.min_samples,
         )
     except ValueError as e:
         raise ValueError(f"partition: {e}") from None
