@@ -249,7 +249,7 @@ class _Sizes(NamedTuple):
     """What the phases of a round are made of (bytes unless said otherwise)."""
 
     slots: int  # S
-    pairs: int  # pFedWN's EM (target, neighbor) pairs
+    pairs: int  # pFedWN's EM (slot, list entry) pairs: S (K - 1)
     param: int  # one slot's parameters
     opt: int  # one slot's optimizer state
     batch: int  # B
@@ -340,14 +340,15 @@ def _perfedavg(sz: _Sizes, hp: Any) -> list[_Phase]:
 
 def _pfedwn(sz: _Sizes, hp: Any) -> list[_Phase]:
     """pFedWN: besides training and evaluation, EM over the (target, neighbor) pairs: P
-    component models with optimizer state (scan carry in and out), the `[S, S, n]` losses,
+    component models with optimizer state (scan carry in and out), the `[S, K, n]` losses,
     responsibilities and masks, `[P, n]` losses and weights; their evaluation on the targets'
     data and their responsibility-weighted training."""
     phases = _baseline(sz, hp)
     p = sz.pairs
     if p == 0:
         return phases
-    held = 2 * p * (sz.param + sz.opt) + 3 * 4 * sz.slots**2 * sz.m_train + 12 * p * sz.m_train
+    lists = p + sz.slots  # S K entries
+    held = 2 * p * (sz.param + sz.opt) + 3 * 4 * lists * sz.m_train + 12 * p * sz.m_train
     epochs = getattr(hp, "component_epochs", 1)
     em_eval = _evaluation(sz, p, sz.m_train, "pFedWN EM")
     em_train = _training(sz, p, sz.epoch_steps * epochs, "pFedWN EM")
@@ -393,10 +394,10 @@ def _sizes(ctx: RoundContext, test: ClientData, state: Any, chunk: int | None) -
     params = jax.eval_shape(model.init, jax.random.PRNGKey(0))
     train_sample, eval_sample = sample_bytes(model)
     epoch = _epoch_steps(ctx)
-    pairs = getattr(state, "pair_target", None)
+    del state
     return _Sizes(
         slots=ctx.num_slots,
-        pairs=0 if pairs is None else int(pairs.shape[0]),
+        pairs=ctx.num_slots * (int(ctx.neighbors.shape[1]) - 1),  # pFedWN: every list entry
         param=tree_bytes(params),
         opt=tree_bytes(jax.eval_shape(lambda c, p: c.tx.init(p), ctx, params)),
         batch=ctx.batch_size,
@@ -486,17 +487,17 @@ def _host_available() -> int:
 
 
 def available_bytes(device: Any = None) -> int:
-    """Free bytes of one device (default: the first of the default backend).
+    """Free bytes of one device (default: this process's first device of the default backend).
 
     An accelerator reports its own: `memory_stats()["bytes_limit"] - ["bytes_in_use"]`. CPU
     devices share the host's memory: the host's available memory split evenly over this
     process's CPU devices (several after `pfedwn_jax.use_cpu_devices`).
     """
-    device = jax.devices()[0] if device is None else device
+    device = jax.local_devices()[0] if device is None else device
     stats = device.memory_stats() if hasattr(device, "memory_stats") else None
     if stats and "bytes_limit" in stats:
         return max(0, int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)))
-    sharing = len(jax.devices("cpu")) if device.platform == "cpu" else 1
+    sharing = len(jax.local_devices(backend="cpu")) if device.platform == "cpu" else 1
     return _host_available() // sharing
 
 
@@ -547,7 +548,7 @@ _ADVICE = {
     "params": "fewer clients/nodes or a smaller model",
     "optimizer": "plain SGD (momentum=0) keeps no optimizer state; or fewer clients/nodes",
     "algorithm": (
-        "fewer clients/nodes or samples per client (pFedWN's EM holds [S, S, samples] "
+        "fewer clients/nodes or samples per client (pFedWN's EM holds [S, K, samples] "
         "arrays; FedProx, FedAMP, Per-FedAvg copies of every model), or another method"
     ),
     "data": "fewer or smaller clients, or runs sharing one partition (shared_data=True)",

@@ -17,6 +17,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh
 
 from pfedwn_jax.algorithms import get_algorithm, hparam_values, static_hparams
@@ -95,7 +96,10 @@ def runs_that_fit(members: Sequence[Experiment], devices: int) -> int:
         for name in e.config.method_names
     ]
     worst = max(ests, key=lambda est: est.total(len(members)))
-    return memory.plan(len(members), worst, devices=devices)
+    budget = memory.available_bytes()
+    if jax.process_count() > 1:  # every process must plan the same programs: the tightest
+        budget = int(np.min(multihost_utils.process_allgather(np.float32(budget))))  # x64 off
+    return memory.plan(len(members), worst, devices=devices, budget=budget)
 
 
 def run_key(exp: Experiment) -> tuple:
