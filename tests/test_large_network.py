@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from pfedwn_jax import ExperimentConfig
+from pfedwn_jax.algorithms import dense_adjacency
 from pfedwn_jax.experiment.federation import (
     build_federation,
     channel_params,
-    dense_view,
     network_federation,
 )
 
@@ -24,7 +24,7 @@ def test_every_candidate_and_no_cutoff_is_the_dense_network(n):
     sparse, dense = build_federation(cfg), network_federation(cfg)
     np.testing.assert_array_equal(sparse.adjacency, dense.adjacency)
     np.testing.assert_array_equal(
-        dense_view(sparse.neighbor_lists, sparse.neighbor_mask), dense.adjacency
+        dense_adjacency(sparse.neighbor_lists, sparse.neighbor_mask, n + 1), dense.adjacency
     )
     # column 0 is the node itself; the rest its selected neighbors, increasing, then padding
     lists, mask = sparse.neighbor_lists, sparse.neighbor_mask

@@ -11,6 +11,7 @@ from helpers import TINY_RUN
 
 import pfedwn_jax
 from pfedwn_jax import ExperimentConfig
+from pfedwn_jax.algorithms import neighbor_lists
 from pfedwn_jax.experiment.federation import build_federation
 from pfedwn_jax.experiment.links import build_links, sample_received
 from pfedwn_jax.sweeps import expand, run_config
@@ -43,10 +44,12 @@ def test_all_links_failing_makes_pfedwn_local_and_none_failing_changes_nothing()
 
 
 def _draws(config, n):
-    links = build_links(build_federation(config), config)
+    fed = build_federation(config)
+    links = build_links(fed, config)
+    lists, mask = neighbor_lists(fed.adjacency)  # the runner's lists
     keys = jax.random.split(jax.random.PRNGKey(7), n)
-    got = np.asarray(jax.vmap(lambda k: sample_received(k, links))(keys))
-    return links, got
+    got = np.asarray(jax.vmap(lambda k: sample_received(k, links, lists, mask))(keys))
+    return links, mask, got
 
 
 def test_bernoulli_failure_frequency_matches_its_probability():
@@ -55,8 +58,8 @@ def test_bernoulli_failure_frequency_matches_its_probability():
         (dict(gamma_th=20.0, eps=0.9), lambda links: np.asarray(links.perr)),
     ]:
         config = ExperimentConfig(**{**BASE, **kw, "link_model": "bernoulli"})
-        links, got = _draws(config, 4000)
-        mask = np.asarray(links.mask).copy()
+        links, mask, got = _draws(config, 4000)
+        mask = np.asarray(mask).copy()
         assert got[:, :, 0].all()  # a slot always has its own model
         mask[:, 0] = False
         p = p_of(links)[mask]
@@ -76,7 +79,7 @@ def test_physical_failure_rate_matches_the_monte_carlo_of_the_same_topology():
     )
     fed = build_federation(config)
     assert fed.adjacency.all()
-    _, got = _draws(config, 3000)
+    _, _, got = _draws(config, 3000)
     rate = 1.0 - got[:, 0, 1:].mean(0)  # links j -> 0, j = lists[0, 1:] = 1..6
     xy = fed.positions
     mc = simulate_links(jax.random.PRNGKey(3), xy[0], xy[1:], 5.0, 20000)

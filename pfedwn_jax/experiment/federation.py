@@ -24,6 +24,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from pfedwn_jax.algorithms import dense_adjacency
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.wireless import (
     ChannelParams,
@@ -257,7 +258,7 @@ def sparse_network_federation(config: ExperimentConfig) -> Federation:
     return Federation(
         mode="network",
         data_client=np.arange(n, dtype=np.int64),
-        adjacency=dense_view(lists, mask) if n <= DENSE_VIEW_MAX else None,
+        adjacency=np.asarray(dense_adjacency(lists, mask, n)) if n <= DENSE_VIEW_MAX else None,
         is_target=np.ones(n, bool),
         target=-1,
         neighbors=np.arange(n, dtype=np.int64),
@@ -285,15 +286,6 @@ def _lists_from_selection(
     lists = np.concatenate([own, np.where(mask[:, 1:], chosen, own)], axis=1)
     link_perr = np.concatenate([np.zeros((n, 1)), np.take_along_axis(perr, order, 1)], axis=1)
     return lists.astype(np.int64), mask, np.where(mask, link_perr, 0.0)
-
-
-def dense_view(lists: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """`[S, S]` adjacency of neighbor lists (small networks only)."""
-    s = lists.shape[0]
-    adj = np.zeros((s, s), bool)
-    rows = np.broadcast_to(np.arange(s)[:, None], lists.shape)
-    adj[rows[mask], lists[mask]] = True
-    return adj
 
 
 def build_federation(config: ExperimentConfig) -> Federation:

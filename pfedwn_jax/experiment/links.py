@@ -1,16 +1,15 @@
 """Which models arrive this round: the link model of an experiment, drawn inside the round.
 
-A federation says who *may* receive whom (the selected neighbors). With
-`link_model="ideal"` every such model arrives every round (no `Links` at all: the compiled
-round is the one of a run without the option). Otherwise the context carries `Links`: every
-slot's incoming links as lists `[S, K]` (column 0: the slot itself, always received) with each
-link's P_err, and `sample_received(key, links)` draws one round's outcome for all links of all
-targets at once: `bernoulli` (independent failures with P_err or a fixed probability, the
-draws of `wireless.bernoulli_received` keyed per link) or
-`physical` (block fading and interference redrawn, `wireless.links.physical_received`). The
-round then trains with `neighbor_mask & received` (the lists are the context's own), so
-every algorithm combines only what arrived (see docs/robustness.md for what that means per
-algorithm).
+A federation says who *may* receive whom (the selected neighbors, the context's neighbor
+lists `[S, K]`, column 0 the slot itself). With `link_model="ideal"` every such model arrives
+every round (no `Links` at all: the compiled round is the one of a run without the option).
+Otherwise the context carries `Links`, each listed link's P_err and what a draw needs, and
+`sample_received(key, links, neighbors, neighbor_mask)` draws one round's outcome for all
+links of all targets at once: `bernoulli` (independent failures with P_err or a fixed
+probability, the draws of `wireless.bernoulli_received` keyed per link) or `physical`
+(block fading and interference redrawn, `wireless.links.physical_received`). The round then
+trains with `neighbor_mask & received`, so every algorithm combines only what arrived (see
+docs/robustness.md for what that means per algorithm).
 """
 
 from __future__ import annotations
@@ -33,12 +32,11 @@ LINK_SALT = 0x11A5
 
 @flax.struct.dataclass
 class Links:
-    """Every slot's incoming links (leaves `[S, K]`) and what a draw needs.
+    """What a draw of every slot's incoming links needs (the links themselves are the
+    context's neighbor lists).
 
     Attributes:
-      lists: `[S, K]` int32 transmitter slot of each link to slot s (column 0: s).
-      mask: `[S, K]` bool, real links.
-      perr: `[S, K]` float32 P_err of each link (0 for column 0).
+      perr: `[S, K]` float32 P_err of each listed link (0 for column 0 and padding).
       positions: `[S, 2]` float32 slot positions (m).
       active: `[S]` bool, slots that transmit (every real slot; False on a sweep's padding).
       gamma_th: `[]` float32 SINR threshold.
@@ -47,8 +45,6 @@ class Links:
       model: "bernoulli" or "physical". Static.
     """
 
-    lists: jax.Array
-    mask: jax.Array
     perr: jax.Array
     positions: jax.Array
     active: jax.Array
@@ -76,12 +72,10 @@ def build_links(fed: Federation, config: ExperimentConfig) -> Links | None:
         lists, mask = neighbor_lists(np.asarray(fed.adjacency, bool))
         perr = np.take_along_axis(slot_perr(fed, config), lists, 1)
     s = lists.shape[0]
-    perr = np.where(mask, perr, 0.0)
+    perr = np.where(mask, perr, 0.0)  # the runner builds the context's lists the same way
     perr[:, 0] = 0.0
     failure = None if config.link_failure is None else jnp.float32(config.link_failure)
     return Links(
-        lists=jnp.asarray(lists, jnp.int32),
-        mask=jnp.asarray(mask),
         perr=jnp.asarray(perr, jnp.float32),
         positions=jnp.asarray(fed.positions[fed.data_client], jnp.float32),
         active=jnp.ones((s,), bool),
@@ -92,24 +86,27 @@ def build_links(fed: Federation, config: ExperimentConfig) -> Links | None:
     )
 
 
-def sample_received(key: jax.Array, links: Links) -> jax.Array:
-    """`[S, K]` bool: which links deliver this round (column 0, the slot itself, always)."""
+def sample_received(
+    key: jax.Array, links: Links, neighbors: jax.Array, neighbor_mask: jax.Array
+) -> jax.Array:
+    """`[S, K]` bool: which listed links (`neighbors`, `neighbor_mask` `[S, K]`, the
+    context's) deliver this round (column 0, the slot itself, always)."""
     if links.model == "bernoulli":
         p = links.perr if links.failure is None else links.failure
-        got = links.mask & (_link_uniforms(key, *links.lists.shape) >= p)
+        got = neighbor_mask & (_link_uniforms(key, *neighbors.shape) >= p)
     else:
-        s, k = links.lists.shape
+        s, k = neighbors.shape
         rx = jnp.broadcast_to(jnp.arange(s)[:, None], (s, k)).reshape(-1)
         got = physical_received(
             key,
             links.positions,
             rx,
-            links.lists.reshape(-1),
+            neighbors.reshape(-1),
             links.active,
             links.gamma_th,
             links.params,
         ).reshape(s, k)
-        got = got & links.mask
+        got = got & neighbor_mask
     return got.at[:, 0].set(True)
 
 

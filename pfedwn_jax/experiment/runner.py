@@ -230,8 +230,9 @@ def _draw_links(ctx: RoundContext, key: jax.Array) -> tuple[RoundContext, dict]:
     to the models that arrived, and the records `link_received [S, K]`, `link_failure_rate`."""
     if ctx.links is None:
         return ctx, {}
-    received = sample_received(jax.random.fold_in(key, LINK_SALT), ctx.links)
-    real = ctx.links.mask.at[:, 0].set(False)
+    key = jax.random.fold_in(key, LINK_SALT)
+    received = sample_received(key, ctx.links, ctx.neighbors, ctx.neighbor_mask)
+    real = ctx.neighbor_mask.at[:, 0].set(False)
     rate = 1.0 - (received & real).sum() / jnp.maximum(real.sum(), 1)
     records = {"link_received": received, "link_failure_rate": rate.astype(jnp.float32)}
     return ctx.replace(neighbor_mask=ctx.neighbor_mask & received), records

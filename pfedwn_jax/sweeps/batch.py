@@ -83,7 +83,6 @@ class Shapes:
         self.clients = max(e.data.train.num_clients for e in exps) + 1  # + the ghost
         self.train = max(e.data.train.max_samples for e in exps)
         self.test = max(e.data.test.max_samples for e in exps)
-        self.links = max((e.ctx.links.lists.shape[1] for e in exps if e.ctx.links), default=0)
 
     @property
     def ghost(self) -> int:
@@ -120,24 +119,16 @@ def pad_context(exp: Experiment, shapes: Shapes) -> tuple[RoundContext, ClientDa
         num_samples=_pad_axis(np.asarray(ctx.num_samples), 0, n, 1.0),
         lr=np.asarray(ctx.lr),
         momentum=None if ctx.momentum is None else np.asarray(ctx.momentum),
-        links=None if ctx.links is None else pad_links(ctx.links, n, shapes.links),
+        links=None if ctx.links is None else pad_links(ctx.links, n, shapes.degree),
         shards=1,
     )
     return padded, pad_client_data(exp.data.test, shapes.clients, shapes.test)
 
 
 def pad_links(links: Any, slots: int, k: int) -> Any:
-    """`Links` padded to `[slots, k]`: a padded slot lists only itself, padded links are
-    masked; padded slots sit at the origin (they transmit nothing anyone receives)."""
-    s = links.lists.shape[0]
-    lists = _pad_axis(_pad_axis(np.asarray(links.lists), 1, k, 0), 0, slots, 0)
-    own = np.arange(slots)[:, None]
-    mask = _pad_axis(_pad_axis(np.asarray(links.mask), 1, k, False), 0, slots, False)
-    mask[s:, 0] = True
-    lists = np.where(mask, lists, own)
+    """`Links` padded to `[slots, k]` like the neighbor lists (`pad_lists`): padded links have
+    P_err 0 (they are masked there); padded slots sit at the origin and do not transmit."""
     return links.replace(
-        lists=lists,
-        mask=mask,
         perr=_pad_axis(_pad_axis(np.asarray(links.perr), 1, k, 0.0), 0, slots, 0.0),
         positions=_pad_axis(np.asarray(links.positions), 0, slots, 0.0),
         active=_pad_axis(np.asarray(links.active), 0, slots, False),
