@@ -53,6 +53,9 @@ from pfedwn_jax.models import Model, check_model_fits
 
 LossFn = Callable[..., jax.Array]
 GradFn = Callable[..., tuple[jax.Array, Any]]
+# `step(consts, params, opt_state, x, y, w, valid_t, aux_s, key) -> (params, opt_state, loss)`:
+# one slot's optimizer step with its closed-over values explicit (`_hoisted_step`).
+Step = Callable[..., tuple[Any, Any, jax.Array]]
 # (params, opt_state, loss_sum [S], steps [S]): what training a block or group of slots returns.
 SlotsOut = tuple[Any, Any, jax.Array, jax.Array]
 
@@ -71,7 +74,7 @@ class _Shared(NamedTuple):
 
     x: jax.Array  # [clients, M, H, W, C] uint8 train images
     y: jax.Array  # [clients, M] int32 labels
-    grad_key: jax.Array  # PRNG key of `grad_fn`, folded with the slot id and the step
+    consts: tuple  # values the step closes over (learning rate, ...), None where per slot
 
 
 class _Slots(NamedTuple):
@@ -84,7 +87,8 @@ class _Slots(NamedTuple):
     valid: jax.Array  # [S, T, B] bool, False on padded samples and empty steps
     sample_weight: jax.Array | None  # [S, M] per-sample weights, or None (all 1)
     aux: Any  # leaves [S, ...] handed to the objective as `aux_s`, or None
-    slot_id: jax.Array  # [S] int32 global slot index (keys of `grad_fn`)
+    slot_key: jax.Array  # [S, ...] PRNG key of each slot's `grad_fn`, folded with the step
+    consts: tuple  # [S, ...] per-slot values of the step's closed-over values, else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -275,12 +279,15 @@ def _train_impl(
         num_steps=num_steps,
     )
     slot_ids = jnp.arange(num_slots, dtype=jnp.int32)
+    slot_keys = jax.vmap(jax.random.fold_in, (None, 0))(grad_key, slot_ids)
     slots = _Slots(
-        state.params, state.opt_state, data_client, idx, valid, sample_weight, aux, slot_ids
+        state.params, state.opt_state, data_client, idx, valid, sample_weight, aux, slot_keys, ()
     )
-    shared = _Shared(x_all, y_all, grad_key)
     fns = _StepFns(model, optimizer, loss_fn, grad_fn)
-    run = functools.partial(_run_slots, fns, strategy, chunk)
+    step, consts = _hoisted_step(fns, x_all, y_all, slots)
+    slots = slots._replace(consts=(None,) * len(consts))
+    shared = _Shared(x_all, y_all, tuple(consts))
+    run = _foldable_run(step, strategy, chunk)
     if shards == 1:
         params, opt_state, loss_sum, n = run(shared, slots, count)
     else:
@@ -295,13 +302,87 @@ def _train_impl(
 
 
 def _run_slots(
-    fns: _StepFns, strategy: str, chunk: int, shared: _Shared, slots: _Slots, count: jax.Array
+    step: Step, strategy: str, chunk: int, shared: _Shared, slots: _Slots, count: jax.Array
 ) -> SlotsOut:
     """Train a block of S_local slots (`slots` leaves `[S_local, ...]`, `count [S_local]`) with
     `strategy`: the body of one shard. Returns `(params, opt_state, loss_sum, steps)`."""
     if strategy == "vmap" or chunk >= slots.data_client.shape[0]:
-        return _train_group(fns, shared, slots)
-    return _train_groups(fns, shared, slots, count, strategy, chunk)
+        return _train_group(step, shared, slots)
+    return _train_groups(step, shared, slots, count, strategy, chunk)
+
+
+def _foldable_run(
+    step: Step, strategy: str, chunk: int
+) -> Callable[[_Shared, _Slots, jax.Array], SlotsOut]:
+    """`_run_slots(step, strategy, chunk, ...)` whose `vmap` folds the mapped axis into the slots.
+
+    Slots train independently, so `vmap` over runs (a sweep) is the same as training the W*S
+    slots of all runs as one block: each (run, slot) then steps only through its own
+    non-empty steps under "map"/"chunked", instead of every run stepping as long as the
+    longest run's client in lockstep (a batched loop bound), and a run's step is the same
+    unbatched program as in `run()`. The rule calls the folded function itself, so nested
+    `vmap`s fold too.
+    """
+
+    @jax.custom_batching.custom_vmap
+    def run(shared: _Shared, slots: _Slots, count: jax.Array) -> SlotsOut:
+        return _run_slots(step, strategy, chunk, shared, slots, count)
+
+    @run.def_vmap
+    def rule(axis_size: int, in_batched: list, shared: _Shared, slots: _Slots, count: jax.Array):
+        shared_b, slots_b, count_b = in_batched
+        folded = _fold(axis_size, shared, slots, count, shared_b, slots_b, count_b)
+        out = run(*folded)
+        unfold = lambda a: a.reshape(axis_size, a.shape[0] // axis_size, *a.shape[1:])
+        return jax.tree.map(unfold, out), jax.tree.map(lambda _: True, out)
+
+    return run
+
+
+def _fold(
+    w: int, shared: _Shared, slots: _Slots, count: jax.Array, shared_b, slots_b, count_b
+) -> tuple[_Shared, _Slots, jax.Array]:
+    """Merge a mapped axis of size `w` into the client and slot axes: data `[w, C, ...]` ->
+    `[w*C, ...]` (run r's data client c becomes `r*C + c`), slot leaves `[w, S, ...]` ->
+    `[w*S, ...]` (unmapped ones broadcast first), and mapped shared values of the step
+    (`[w, ...]`) become per-slot values `[w*S, ...]`."""
+    num_slots = slots.data_client.shape[1 if slots_b.data_client else 0]
+
+    def merge(a: jax.Array, batched: bool) -> jax.Array:
+        a = a if batched else jnp.broadcast_to(a, (w, *a.shape))
+        return a.reshape(w * a.shape[1], *a.shape[2:])
+
+    shared, slots, slots_b = _consts_per_slot(w, num_slots, shared, slots, shared_b, slots_b)
+    if shared_b.x or shared_b.y:
+        num_clients = shared.x.shape[1] if shared_b.x else shared.x.shape[0]
+        dc = slots.data_client if slots_b.data_client else slots.data_client[None]
+        offset = (jnp.arange(w, dtype=dc.dtype) * num_clients)[:, None]
+        slots = slots._replace(data_client=dc + offset)
+        slots_b = slots_b._replace(data_client=True)
+        shared = shared._replace(x=merge(shared.x, shared_b.x), y=merge(shared.y, shared_b.y))
+    slots = jax.tree.map(merge, slots, slots_b)
+    return shared, slots, merge(count, count_b)
+
+
+def _consts_per_slot(
+    w: int, num_slots: int, shared: _Shared, slots: _Slots, shared_b, slots_b
+) -> tuple[_Shared, _Slots, Any]:
+    """Move the step's mapped shared values (`[w, ...]`, e.g. each run's learning rate) into
+    the slots as `[w, S, ...]`: after folding, each slot reads its own run's value."""
+    common, own, own_b = [], [], []
+    for c, c_b, o, o_b in zip(
+        shared.consts, shared_b.consts, slots.consts, slots_b.consts, strict=True
+    ):
+        if c_b:
+            common.append(None)
+            own.append(jnp.broadcast_to(c[:, None], (w, num_slots, *c.shape[1:])))
+            own_b.append(True)
+        else:
+            common.append(c)
+            own.append(o)
+            own_b.append(o_b)
+    shared = shared._replace(consts=tuple(common))
+    return shared, slots._replace(consts=tuple(own)), slots_b._replace(consts=tuple(own_b))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -339,8 +420,52 @@ def _objective(
     return weighted_ce(fns.model.apply(params, x), y, w, jnp.sum(valid_t))
 
 
-def _slot_step(
+def _update(
     fns: _StepFns,
+    params: Any,
+    opt_state: Any,
+    x: jax.Array,
+    y: jax.Array,
+    w: jax.Array,
+    valid_t: jax.Array,
+    aux_s: Any,
+    step_key: jax.Array,
+) -> tuple[Any, Any, jax.Array]:
+    """One optimizer step of one slot on its minibatch: `(params, opt_state, loss)`."""
+    if fns.grad_fn is not None:
+        loss, grads = fns.grad_fn(params, x, y, w, aux_s, step_key)
+    else:
+        objective = functools.partial(_objective, fns)
+        loss, grads = jax.value_and_grad(objective)(params, x, y, w, valid_t, aux_s)
+    updates, new_opt = fns.optimizer.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), new_opt, loss
+
+
+def _hoisted_step(
+    fns: _StepFns, x_all: jax.Array, y_all: jax.Array, slots: _Slots
+) -> tuple[Step, list]:
+    """`_update` as `(step(consts, *args), consts)`: every value it closes over (the learning
+    rate inside the optimizer, a loss's hyperparameters) becomes an explicit input, so the
+    run-folding `vmap` rule (`_foldable_run`) can give each slot its own run's values."""
+    spec = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype)  # no sharding: traced once
+    one = lambda tree: jax.tree.map(lambda a: spec(a.shape[1:], a.dtype), tree)
+    batch = (slots.idx.shape[-1],)
+    x, y = spec(batch + x_all.shape[2:], x_all.dtype), spec(batch, y_all.dtype)
+    w, valid = spec(batch, jnp.float32), spec(batch, jnp.bool_)
+    args = (one(slots.params), one(slots.opt_state), x, y, w, valid)
+    args += (one(slots.aux), one(slots.slot_key))
+    closed, shape = jax.make_jaxpr(functools.partial(_update, fns), return_shape=True)(*args)
+    out_tree, jaxpr = jax.tree.structure(shape), closed.jaxpr
+
+    def step(consts: tuple, *step_args: Any) -> tuple[Any, Any, jax.Array]:
+        flat = jax.core.eval_jaxpr(jaxpr, list(consts), *jax.tree.leaves(step_args))
+        return jax.tree.unflatten(out_tree, flat)
+
+    return step, list(closed.consts)
+
+
+def _slot_step(
+    step: Step,
     shared: _Shared,
     params: Any,
     opt_state: Any,
@@ -349,25 +474,25 @@ def _slot_step(
     valid_t: jax.Array,
     sw: jax.Array | None,
     aux_s: Any,
-    slot_id: jax.Array,
+    slot_key: jax.Array,
+    consts_s: tuple,
     t: jax.Array,
     masked: bool = True,
 ) -> tuple[Any, Any, jax.Array, jax.Array]:
     """One optimizer step of one slot at step `t` on minibatch `idx_t [B]`, `valid_t [B]`.
 
-    Returns `(params, opt_state, loss, ok)`, `ok` True when the batch has a real sample. With
-    `masked`, an empty batch leaves the state unchanged (bit for bit) and its loss 0; without,
-    the caller guarantees a non-empty batch and the selection is skipped.
+    `consts_s` holds the slot's own values of the step's closed-over values (None where
+    `shared.consts` holds the value all slots share). Returns `(params, opt_state, loss, ok)`,
+    `ok` True when the batch has a real sample. With `masked`, an empty batch leaves the
+    state unchanged (bit for bit) and its loss 0; without, the caller guarantees a non-empty
+    batch and the selection is skipped.
     """
     x, y, w = _gather_batch(shared, dc, idx_t, valid_t, sw)
-    if fns.grad_fn is not None:
-        step_key = jax.random.fold_in(jax.random.fold_in(shared.grad_key, slot_id), t)
-        loss, grads = fns.grad_fn(params, x, y, w, aux_s, step_key)
-    else:
-        objective = functools.partial(_objective, fns)
-        loss, grads = jax.value_and_grad(objective)(params, x, y, w, valid_t, aux_s)
-    updates, new_opt = fns.optimizer.update(grads, opt_state, params)
-    new_params = optax.apply_updates(params, updates)
+    consts = tuple(
+        c if c_s is None else c_s for c, c_s in zip(shared.consts, consts_s, strict=True)
+    )
+    step_key = jax.random.fold_in(slot_key, t)
+    new_params, new_opt, loss = step(consts, params, opt_state, x, y, w, valid_t, aux_s, step_key)
     ok = jnp.any(valid_t)
     if not masked:
         return new_params, new_opt, loss, ok
@@ -380,7 +505,7 @@ def _slot_step(
 
 
 def _group_step(
-    fns: _StepFns,
+    step: Step,
     shared: _Shared,
     group: _Slots,
     params: Any,
@@ -397,15 +522,15 @@ def _group_step(
     non-empty.
     """
     args = (params, opt_state, group.data_client, idx_t, valid_t)
-    args += (group.sample_weight, group.aux, group.slot_id, t)
+    args += (group.sample_weight, group.aux, group.slot_key, group.consts, t)
     if group.data_client.shape[0] > 1:
-        return jax.vmap(functools.partial(_slot_step, fns, shared))(*args)
+        return jax.vmap(functools.partial(_slot_step, step, shared))(*args)
     one = jax.tree.map(lambda a: a[0], args)
-    out = _slot_step(fns, shared, *one, masked=False)
+    out = _slot_step(step, shared, *one, masked=False)
     return jax.tree.map(lambda a: a[None], out)
 
 
-def _train_group(fns: _StepFns, shared: _Shared, group: _Slots) -> SlotsOut:
+def _train_group(step: Step, shared: _Shared, group: _Slots) -> SlotsOut:
     """Train a group of C slots (`group` leaves `[C, ...]`) through their non-empty steps.
 
     Each slot's non-empty steps are moved to the front (stable, so their order is kept) and the
@@ -417,7 +542,7 @@ def _train_group(fns: _StepFns, shared: _Shared, group: _Slots) -> SlotsOut:
     nonempty = jnp.any(group.valid, axis=-1)  # [C, T]
     step_order = jnp.argsort(~nonempty, axis=1, stable=True).astype(jnp.int32)  # [C, T]
     rows = jnp.arange(size)
-    group_step = functools.partial(_group_step, fns, shared, group)
+    group_step = functools.partial(_group_step, step, shared, group)
 
     def body(k: jax.Array, carry: SlotsOut) -> SlotsOut:
         p, o, loss_sum, n = carry
@@ -463,7 +588,7 @@ def _put_group(strategy: str, full: jax.Array, part: jax.Array, ids: jax.Array) 
 
 
 def _train_groups(
-    fns: _StepFns, shared: _Shared, slots: _Slots, count: jax.Array, strategy: str, chunk: int
+    step: Step, shared: _Shared, slots: _Slots, count: jax.Array, strategy: str, chunk: int
 ) -> SlotsOut:
     """Train `slots` (leaves `[S, ...]`) group after group (`fori_loop` over the `[G, C]` order
     of `_group_order`), each group by `_train_group`, its results written back in place."""
@@ -478,7 +603,7 @@ def _train_groups(
         ids = order[g]  # [C]
         group = take(slots._replace(params=carry[0], opt_state=carry[1]), ids)
         group = group._replace(valid=group.valid & (ids < num_slots)[:, None, None])
-        return put(carry, _train_group(fns, shared, group), ids)
+        return put(carry, _train_group(step, shared, group), ids)
 
     init = (
         slots.params,

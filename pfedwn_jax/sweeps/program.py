@@ -5,8 +5,8 @@
 `start .. start + K - 1` of one run, with round `r`'s key `fold_in(round_root, r)` as in
 `run()`. `vmap` makes it a program over the leading run axis of every argument (shared leaves
 broadcast), `jit` compiles it once per method and shape group, and the run axis is the
-`"runs"` axis of a `Mesh(("runs", "slots"))`: every device computes its own runs, and the host
-sees the device once per block (metrics `[R, K, S]`).
+`"runs"` axis of a `Mesh(("runs", "slots"))`: every device computes its own runs
+(`shard_map`), and the host sees the device once per block (metrics `[R, K, S]`).
 """
 
 from __future__ import annotations
@@ -54,10 +54,27 @@ def block_program(alg, static_hp, num_rounds: int, ctx_axes_key, state_axes_key,
     ctx_axes, test_axes = _axes_from_key(ctx_axes_key)
     state_axes, _ = _axes_from_key(state_axes_key)
     fn = functools.partial(_block, alg, static_hp, num_rounds)
-    vmapped = jax.vmap(
-        fn, in_axes=(state_axes, ctx_axes, test_axes, 0, 0, None), out_axes=(state_axes, 0)
+    in_axes = (state_axes, ctx_axes, test_axes, 0, 0, None)
+    vmapped = jax.vmap(fn, in_axes=in_axes, out_axes=(state_axes, 0))
+    local = jax.shard_map(
+        vmapped,
+        mesh=mesh,
+        in_specs=_specs(in_axes),
+        out_specs=_specs((state_axes, 0)),
+        check_vma=False,
     )
-    return jax.jit(vmapped, donate_argnums=0)
+    return jax.jit(local, donate_argnums=0)
+
+
+def _specs(axes: Any) -> Any:
+    """`shard_map` specs of `vmap` axes: run-axis leaves split over `"runs"`, others whole.
+
+    Each device runs its own runs as a local program (`shard_map`), so nothing inside a
+    round (the engine's per-slot loops, dynamic slices over the folded run-and-slot axis)
+    is left to the SPMD partitioner, which would gather those loops' operands."""
+    return jax.tree.map(
+        lambda ax: P() if ax is None else P(RUNS), axes, is_leaf=lambda x: x is None
+    )
 
 
 def state_axes(state: Any) -> Any:
