@@ -238,8 +238,8 @@ def val_records(ctx: RoundContext, params: Any, val: ClientData | None) -> dict[
 
 def jitted_step(alg, hp):
     """The jitted round of `alg` for hyperparameters like `hp`: call it as
-    `(state, key, ctx, test, hparam_values(hp))` (cached: one compile per process for equal
-    algorithm, static hyperparameters, context structure and shapes)."""
+    `(state, key, ctx, test, hparam_values(hp), val)` (`val` optional; cached: one compile per
+    process for equal algorithm, static hyperparameters, context structure and shapes)."""
     return _jitted_step(alg, static_hparams(hp))
 
 
@@ -272,8 +272,8 @@ def init_state(
 
 
 def compile_round(exp: Experiment, alg: Algorithm, hp: Any, state: Any) -> tuple[Any, float]:
-    """`(compiled round, seconds)`: `compiled(state, key, exp.ctx, exp.test, hparam_values(hp))`
-    runs `_step`."""
+    """`(compiled round, seconds)`: `compiled(state, key, exp.ctx, exp.test, hparam_values(hp),
+    exp.val)` runs `_step`."""
     t0 = time.perf_counter()
     args = (state, exp.round_root, exp.ctx, exp.test, hparam_values(hp), exp.val)
     compiled = jitted_step(alg, hp).lower(*args).compile()
