@@ -37,6 +37,7 @@ INT_FIELDS = {
     "data_seed": (0, SEED_MAX),
     "topology_seed": (0, SEED_MAX),
     "min_samples": (1, INT32_MAX),
+    "classes_per_client": (1, INT32_MAX),
 }
 # field -> (low, high, low_inclusive, high_inclusive) of the float fields
 FLOAT_FIELDS = {
@@ -46,8 +47,9 @@ FLOAT_FIELDS = {
     "momentum": (0.0, 1.0, True, False),
     "gamma_th": (0.0, math.inf, False, False),
     "eps": (0.0, 1.0, False, False),
+    "val_fraction": (0.0, 1.0, True, False),
 }
-CHOICE_FIELDS = ("partition", "model", "mode", "moments", "interference_tail", "link_model")
+CHOICE_FIELDS = ("partition", "model", "mode", "moments", "interference_tail", "link_model", "pool")
 # candidates / interference_cutoff need mode="network", link_failure link_model="bernoulli":
 # on their own only None passes
 OPTIONAL = (
@@ -59,6 +61,7 @@ OPTIONAL = (
     "candidates",
     "interference_cutoff",
     "link_failure",
+    "classes_per_client",
 )
 HPARAM_FIELDS = [
     (name, f.name)

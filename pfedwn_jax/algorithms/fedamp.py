@@ -18,6 +18,22 @@ to 1, so ``u_i`` stays a convex combination of models (the paper's analysis assu
 ``alpha_k`` small enough for this; without the guard identical models at round 1, where
 ``A'(0) = 1/sigma``, would give huge cancelling weights).
 
+Scale ``sigma`` (``sigma_mode``): ``"fixed"`` uses ``sigma`` as given (in units of squared
+parameter distance); ``"auto"`` (ours, stated rule) sets it per slot and round relative to the
+models' distances: ``sigma_i = sigma_scale * median_{j in N(i)} ||w_i - w_j||^2`` over the
+slot's listed neighbors at the start of the round (the same distances the weights use; at
+least ``SIGMA_FLOOR``), so ``d_ij / sigma_i`` is scale-free and a neighbor at the median
+distance has ``A'(d) = exp(-1 / sigma_scale) / sigma_i``.
+
+Attention gradient (``detach_attention``): by default (True; the paper's alternating
+optimisation and common implementations such as PFLlib's) ``u_i`` is computed once at the
+start of the round and is a constant of local training: no gradient flows through the
+attention weights. ``False`` recomputes ``u_i(w) = (1 - sum_j xi_ij(w)) w + sum_j xi_ij(w)
+w_j`` from the live model in every local step (the neighbors' ``w_j`` and ``sigma`` stay those
+of the round start), and the proximal term is differentiated through it, the attention
+weights ``xi_ij(w) = alpha_k A'(||w - w_j||^2)`` included (memory: every slot holds its ``K``
+received models during training, ``[S, K, P]``).
+
 With ``sigma -> 0`` every ``xi_ij`` with ``d_ij > 0`` vanishes, ``u_i = w_i`` and FedAMP is
 local training with a proximal term to the slot's own round-start model ("behaves like
 Local"; with ``lam = 0`` it is exactly Local).
@@ -32,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pfedwn_jax._checks import check_float, set_fields
+from pfedwn_jax._checks import check_bool, check_choice, check_float, set_fields
 from pfedwn_jax.algorithms.base import Algorithm, RoundContext, neighbor_lists, register
 from pfedwn_jax.algorithms.common import (
     BaselineState,
@@ -42,9 +58,16 @@ from pfedwn_jax.algorithms.common import (
     init_baseline,
     local_update,
     proximal_loss,
+    sq_norm_diff,
     train_loss_record,
 )
 from pfedwn_jax.engine import default_loss, mix_sparse, neighbor_sq_dist
+
+SIGMA_MODES = ("fixed", "auto")
+#: Smallest ``sigma`` of ``sigma_mode="auto"`` (all neighbors at distance 0, e.g. round 1).
+SIGMA_FLOOR = 1e-12
+#: Stands for log(0) inside the log-sum-exp: finite, so an empty row has a finite gradient.
+_LOG_ZERO = -1e30
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,11 +81,22 @@ class FedAMPHParams:
         rounds are 1-4, so each neighbor gets a weight of about 0.05-0.3).
       lam: proximal weight ``lambda`` (>= 0); the term is ``lam / (2 alpha_k) ||w - u||^2``.
         Default 1.0.
+      sigma_mode: "fixed" (``sigma`` as given, default: today's behaviour) or "auto"
+        (``sigma_i = sigma_scale * median_j ||w_i - w_j||^2`` over slot i's neighbors at the
+        start of each round; ``sigma`` is then unused). A separate field, not ``sigma="auto"``,
+        so ``sigma`` stays a float that a compiled round takes as an argument.
+      sigma_scale: factor of the "auto" rule (> 0). Default 1.0 (ours).
+      detach_attention: True (default; the paper's alternating steps, PFLlib): ``u_i`` is fixed
+        at the round start, no gradient through the attention weights. False: ``u_i(w)``
+        follows the live model and the proximal term is differentiated through it.
     """
 
     alpha_k: float = 1.0
     sigma: float = 1.0
     lam: float = 1.0
+    sigma_mode: str = "fixed"
+    sigma_scale: float = 1.0
+    detach_attention: bool = True
 
     def __post_init__(self) -> None:
         set_fields(
@@ -70,27 +104,36 @@ class FedAMPHParams:
             alpha_k=check_float("hparams.fedamp.alpha_k", self.alpha_k, 0.0, low_inclusive=False),
             sigma=check_float("hparams.fedamp.sigma", self.sigma, 0.0, low_inclusive=False),
             lam=check_float("hparams.fedamp.lam", self.lam, 0.0),
+            sigma_mode=check_choice("hparams.fedamp.sigma_mode", self.sigma_mode, SIGMA_MODES),
+            sigma_scale=check_float(
+                "hparams.fedamp.sigma_scale", self.sigma_scale, 0.0, low_inclusive=False
+            ),
+            detach_attention=check_bool("hparams.fedamp.detach_attention", self.detach_attention),
         )
 
 
 def attention_weights(
-    sq_dists: jax.Array, neighbor_mask: jax.Array, alpha_k: float, sigma: float
+    sq_dists: jax.Array, neighbor_mask: jax.Array, alpha_k: float, sigma: float | jax.Array
 ) -> jax.Array:
     """The row-stochastic ``[S, K]`` weights ``Xi`` with ``u = mix_sparse(w, neighbors, Xi)``.
 
     ``sq_dists [S, K]``: ``d[s, k]`` to the ``k``-th listed slot (column 0: the slot itself);
-    ``neighbor_mask [S, K]`` bool. ``Xi[s, k] = alpha_k exp(-d[s, k] / sigma) / sigma`` on the
-    real columns ``k >= 1``, ``Xi[s, 0] = 1 - sum_{k >= 1} Xi[s, k]``; rows whose neighbor sum
-    exceeds 1 are rescaled to sum to 1 (self weight 0). See the module docstring.
+    ``neighbor_mask [S, K]`` bool; ``sigma`` a scalar or ``[S]`` (one per row).
+    ``Xi[s, k] = alpha_k exp(-d[s, k] / sigma) / sigma`` on the real columns ``k >= 1``,
+    ``Xi[s, 0] = 1 - sum_{k >= 1} Xi[s, k]``; rows whose neighbor sum exceeds 1 are rescaled
+    to sum to 1 (self weight 0). See the module docstring.
     """
     check_shape("sq_dists", sq_dists, (None, None), "[S, K]")
     check_shape("neighbor_mask", neighbor_mask, np.shape(sq_dists), "[S, K]")
     k = np.shape(sq_dists)[1]
     edge = jnp.asarray(neighbor_mask, bool) & (jnp.arange(k) > 0)[None, :]
     d = sq_dists.astype(jnp.float32)
+    if jnp.ndim(sigma) == 1:
+        sigma = jnp.reshape(sigma, (-1, 1))
     log_xi = jnp.log(alpha_k) - jnp.log(sigma) - d / sigma
     log_xi = jnp.where(edge, log_xi, -jnp.inf)
-    log_total = jax.nn.logsumexp(log_xi, axis=1, keepdims=True)  # -inf for an empty row
+    # ~ -1e30 for an empty row (exactly the -inf version's value on any other row)
+    log_total = jax.nn.logsumexp(jnp.where(edge, log_xi, _LOG_ZERO), axis=1, keepdims=True)
     over = log_total > 0.0
     xi = jnp.where(over, jnp.exp(log_xi - jnp.where(over, log_total, 0.0)), jnp.exp(log_xi))
     return xi.at[:, 0].set(1.0 - xi.sum(1))
@@ -110,19 +153,67 @@ def attention_matrix(
     return jnp.zeros((s, s), xi.dtype).at[rows, neighbors].set(xi)
 
 
+def neighbor_median(sq_dists: jax.Array, neighbor_mask: jax.Array) -> jax.Array:
+    """``[S]`` median of ``sq_dists [S, K]`` over each row's real neighbors (columns ``k >= 1``
+    where ``neighbor_mask [S, K]``); 1.0 for a row without neighbors (its weights are 0)."""
+    k = np.shape(sq_dists)[1]
+    edge = jnp.asarray(neighbor_mask, bool) & (jnp.arange(k) > 0)[None, :]
+    count = edge.sum(1)
+    ordered = jnp.sort(jnp.where(edge, sq_dists, jnp.inf), axis=1)
+    lo = jnp.maximum((count - 1) // 2, 0)[:, None]
+    hi = jnp.maximum(count // 2, 0)[:, None]
+    pick = lambda i: jnp.take_along_axis(ordered, i, axis=1)[:, 0]
+    return jnp.where(count > 0, 0.5 * (pick(lo) + pick(hi)), 1.0)
+
+
+def round_sigma(sq_dists: jax.Array, neighbor_mask: jax.Array, hp: FedAMPHParams) -> Any:
+    """This round's ``sigma``: ``hp.sigma`` ("fixed") or ``[S]`` ``sigma_scale`` times each
+    row's median neighbor distance, at least ``SIGMA_FLOOR`` ("auto")."""
+    if hp.sigma_mode == "fixed":
+        return hp.sigma
+    return jnp.maximum(hp.sigma_scale * neighbor_median(sq_dists, neighbor_mask), SIGMA_FLOOR)
+
+
 def cloud_models(params: Any, ctx: RoundContext, hp: FedAMPHParams) -> Any:
     """``u [S, ...]``: every slot's personalised cloud model (along its neighbor list)."""
     d = neighbor_sq_dist(params, ctx.neighbors, shards=ctx.shards)  # [S, K]
-    xi = attention_weights(d, ctx.neighbor_mask, hp.alpha_k, hp.sigma)
+    xi = attention_weights(d, ctx.neighbor_mask, hp.alpha_k, round_sigma(d, ctx.neighbor_mask, hp))
     return mix_sparse(params, ctx.neighbors, xi, shards=ctx.shards)
+
+
+def attentive_loss(base_loss: Any, hp: FedAMPHParams) -> Any:
+    """``loss_fn(params, x, y, w, (received, mask, sigma))`` of ``detach_attention=False``:
+    ``base_loss + lam / (2 alpha_k) ||params - u(params)||^2`` with ``u`` rebuilt from the live
+    ``params`` and the slot's ``received [K, ...]`` models (column 0 itself), ``mask [K]``,
+    ``sigma []``; ``params - u = sum_{k >= 1} xi_k (params - received_k)``."""
+    scale = hp.lam / hp.alpha_k
+
+    def loss_fn(params, x, y, w, aux):
+        received, mask, sigma = aux
+        diff = jax.tree.map(lambda p, r: p[None] - r, params, received)  # leaves [K, ...]
+        flat = [jnp.square(a).reshape(a.shape[0], -1).sum(1) for a in jax.tree.leaves(diff)]
+        d = sum(flat, jnp.zeros(np.shape(mask), jnp.float32))  # [K]
+        xi = attention_weights(d[None], mask[None], hp.alpha_k, sigma)[0].at[0].set(0.0)
+        gap = jax.tree.map(lambda a: jnp.tensordot(xi, a, axes=1), diff)  # params - u
+        zero = jax.tree.map(jnp.zeros_like, gap)
+        return base_loss(params, x, y, w, None) + 0.5 * scale * sq_norm_diff(gap, zero)
+
+    return loss_fn
 
 
 def _round(
     state: BaselineState, key: jax.Array, ctx: RoundContext, hp: FedAMPHParams
 ) -> BaselineState:
-    u = cloud_models(state.clients.params, ctx, hp)
-    loss_fn = proximal_loss(default_loss(ctx.model), hp.lam / hp.alpha_k)
-    clients, metrics = local_update(ctx, state.clients, key, loss_fn=loss_fn, aux=u)
+    params, base = state.clients.params, default_loss(ctx.model)
+    if hp.detach_attention:
+        aux = cloud_models(params, ctx, hp)
+        loss_fn = proximal_loss(base, hp.lam / hp.alpha_k)
+    else:
+        d = neighbor_sq_dist(params, ctx.neighbors, shards=ctx.shards)  # [S, K]
+        sigma = jnp.broadcast_to(round_sigma(d, ctx.neighbor_mask, hp), (ctx.num_slots,))
+        received = jax.tree.map(lambda a: a[ctx.neighbors], params)  # [S, K, ...]
+        aux, loss_fn = (received, ctx.neighbor_mask, sigma), attentive_loss(base, hp)
+    clients, metrics = local_update(ctx, state.clients, key, loss_fn=loss_fn, aux=aux)
     return BaselineState(clients, metrics["loss"])
 
 

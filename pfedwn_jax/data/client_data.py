@@ -38,9 +38,11 @@ class ClientData(NamedTuple):
 
 
 class FederatedData(NamedTuple):
-    """A partitioned dataset: train and test `ClientData` over the same clients."""
+    """A partitioned dataset: train and test `ClientData` over the same clients, and `val`,
+    a validation split carved from each client's training samples (None: no validation)."""
 
     train: ClientData
     test: ClientData
     num_classes: int
     name: str
+    val: ClientData | None = None

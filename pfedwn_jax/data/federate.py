@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pfedwn_jax._checks import check_choice, check_finite, check_int, check_range
+from pfedwn_jax._checks import check_choice, check_finite, check_float, check_int, check_range
 from pfedwn_jax.data.arrays import Dataset
 from pfedwn_jax.data.client_data import FederatedData
 from pfedwn_jax.data.datasets import load_dataset
@@ -87,6 +87,43 @@ def split_train_test(
     return train, test
 
 
+def split_validation(
+    train_parts: list[np.ndarray], val_fraction: float, seed: int
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Carve a validation part from each client's training indices: `round(val_fraction * n)`
+    samples, at least one when `val_fraction > 0` and the client has >= 2 training samples,
+    never all (a client keeps at least one training sample). Returns `(train, val)`; with
+    `val_fraction = 0` the training parts are returned unchanged and every val part is empty.
+    """
+    val_fraction = check_float("val_fraction", val_fraction, 0.0, 1.0, high_inclusive=False)
+    if val_fraction == 0.0:
+        return list(train_parts), [np.zeros(0, np.int64) for _ in train_parts]
+    rng = np.random.default_rng([seed, 4])  # independent of the partition's and the split's
+    train, val = [], []
+    for p in train_parts:
+        n = len(p)
+        n_val = int(np.clip(round(val_fraction * n), min(1, n - 1), max(n - 1, 0)))
+        perm = rng.permutation(p)
+        val.append(np.sort(perm[:n_val]))
+        train.append(np.sort(perm[n_val:]))
+    return train, val
+
+
+def class_options(scheme: str, classes_per_client: int | None) -> dict[str, int]:
+    """`partition`'s keyword for an experiment's `classes_per_client`: `"paper"` -> the upper
+    end `max_classes` of the per-client draw, `"pathological"` -> the exact count; None -> the
+    scheme's default (the paper's `U{1..C}`; 2). Other schemes take no class count."""
+    if classes_per_client is None:
+        return {}
+    if scheme == "paper":
+        return {"max_classes": classes_per_client}
+    if scheme == "pathological":
+        return {"classes_per_client": classes_per_client}
+    raise ValueError(
+        f"classes_per_client applies to partition 'paper' or 'pathological'; got {scheme!r}"
+    )
+
+
 def _check_cap(cap: int | None, min_samples: int) -> int | None:
     """`max_samples_per_client` as an int >= `min_samples` (or None)."""
     if cap is None:
@@ -114,6 +151,8 @@ def make_federated(
     data_dir: str | Path | None = None,
     device: bool = True,
     max_samples_per_client: int | None = None,
+    max_classes: int | None = None,
+    val_fraction: float = 0.0,
 ) -> FederatedData:
     """Partition a dataset among clients and stack each client's train and test samples.
 
@@ -122,7 +161,7 @@ def make_federated(
       num_clients: number of clients N.
       scheme: one of `ALL_SCHEMES`: a label-based scheme of `partition`, or `"natural"`
         (one client per writer, `partition_natural`; needs a dataset with writer ids).
-      alpha, min_samples, classes_per_client: see `partition`.
+      alpha, min_samples, classes_per_client, max_classes: see `partition`.
       seed: seeds the partition and the per-client split (deterministic).
       train_frac: share of each client's samples used for training, in (0, 1); the
         paper uses 0.75.
@@ -133,10 +172,14 @@ def make_federated(
         subset of this many (before the train/test split; the rest is unused). This
         **changes the data** and bounds the padded length: `train.x` is then at most
         `[N, round(train_frac * cap), ...]`. None (default) keeps every sample.
+      val_fraction: share of each client's *training* samples moved to a validation split
+        (`split_validation`), in [0, 1); 0 (default): no validation split, and everything
+        else is exactly as without it. The test split is never touched.
 
     Returns:
-      `FederatedData(train, test, num_classes, name)`; `train.x` is
-      `[N, max_train, H, W, C]` uint8, `test.x` `[N, max_test, H, W, C]`.
+      `FederatedData(train, test, num_classes, name, val)`; `train.x` is
+      `[N, max_train, H, W, C]` uint8, `test.x` `[N, max_test, H, W, C]`, `val` None or
+      `[N, max_val, H, W, C]`.
     """
     check_finite("train_frac", train_frac)
     check_range("train_frac", train_frac, 0.0, 1.0, low_inclusive=False, high_inclusive=False)
@@ -155,20 +198,30 @@ def make_federated(
         alpha=alpha,
         min_samples=min_samples,
         classes_per_client=classes_per_client,
+        **({} if max_classes is None else {"max_classes": max_classes}),
     )
     if cap is not None:
         parts = cap_parts(parts, cap, seed)
     train_parts, test_parts = split_train_test(parts, float(train_frac), seed)
-    train, test = stack_clients(x, y, train_parts), stack_clients(x, y, test_parts)
+    train_parts, val_parts = split_validation(train_parts, val_fraction, seed)
+    splits = [stack_clients(x, y, p) for p in (train_parts, test_parts)]
+    if val_fraction > 0:
+        splits.append(stack_clients(x, y, val_parts))
     if device:
-        train, test = to_device(train), to_device(test)
-    return FederatedData(train, test, dataset.num_classes, dataset.name)
+        splits = [to_device(cd) for cd in splits]
+    return FederatedData(*splits[:2], dataset.num_classes, dataset.name, *splits[2:])
 
 
 def client_label_counts(data: FederatedData, split: str = "all") -> np.ndarray:
-    """`[clients, classes]` class counts of each client (`split`: "train", "test", "all")."""
-    check_choice("split", split, ("train", "test", "all"))
-    splits = [data.train, data.test] if split == "all" else [getattr(data, split)]
+    """`[clients, classes]` class counts of each client (`split`: "train", "test", "val" or
+    "all" = train + val + test)."""
+    check_choice("split", split, ("train", "test", "val", "all"))
+    if split == "all":
+        splits = [cd for cd in (data.train, data.val, data.test) if cd is not None]
+    elif split == "val" and data.val is None:
+        raise ValueError("split='val': this FederatedData has no validation split")
+    else:
+        splits = [getattr(data, split)]
     total = np.zeros((splits[0].num_clients, data.num_classes), np.int64)
     for cd in splits:
         y, mask = np.asarray(cd.y), np.asarray(cd.mask)

@@ -5,9 +5,10 @@ index lands in exactly one client (an exact cover), and the result is a pure fun
 arguments (NumPy `default_rng(seed)`). Unbalanced client sizes are expected, not an error.
 
 Schemes:
-- `"paper"`: client n draws a number of classes `c_n ~ U{1..C}` and a random set of `c_n`
-  classes; a class nobody drew is given to one uniformly random client (so every sample has a
-  holder; that client then holds one more class than it drew). Each class is split among its
+- `"paper"`: client n draws a number of classes `c_n ~ U{1..C}` (`U{1..max_classes}` when
+  `max_classes` is set) and a random set of `c_n` classes; a class nobody drew is given to one
+  uniformly random client (so every sample has a holder; that client then holds one more
+  class than it drew). Each class is split among its
   holders by Dirichlet(alpha) proportions.
 - `"dirichlet"`: every class is split among all clients by Dirichlet(alpha) proportions
   (Hsu et al. 2019; Lin et al. 2020), the paper's reference [lin2020ensemble].
@@ -59,11 +60,14 @@ def _split_by_counts(rng: np.random.Generator, idx: np.ndarray, counts: np.ndarr
     return np.split(idx, np.cumsum(counts)[:-1])
 
 
-def _holders_paper(rng: np.random.Generator, num_clients: int, num_classes: int) -> np.ndarray:
-    """`[clients, classes]` bool: the paper's random class sets, every class with a holder."""
+def _holders_paper(
+    rng: np.random.Generator, num_clients: int, num_classes: int, max_classes: int
+) -> np.ndarray:
+    """`[clients, classes]` bool: the paper's random class sets (`U{1..max_classes}` classes
+    each), every class with a holder."""
     holds = np.zeros((num_clients, num_classes), bool)
     for n in range(num_clients):
-        c = rng.integers(1, num_classes + 1)
+        c = rng.integers(1, max_classes + 1)
         holds[n, rng.choice(num_classes, size=c, replace=False)] = True
     for k in np.flatnonzero(~holds.any(0)):
         holds[rng.integers(num_clients), k] = True
@@ -138,6 +142,7 @@ def partition(
     min_samples: int = DEFAULT_MIN_SAMPLES,
     classes_per_client: int = 2,
     num_classes: int | None = None,
+    max_classes: int | None = None,
 ) -> list[np.ndarray]:
     """Split sample indices `0..len(labels)-1` among clients.
 
@@ -151,6 +156,8 @@ def partition(
       min_samples: every client gets at least this many samples.
       classes_per_client: classes per client for `"pathological"`, in `1..C`.
       num_classes: C (default: `max(labels) + 1`).
+      max_classes: `"paper"` only: each client draws its number of classes from
+        `U{1..max_classes}`, in `1..C` (default None: C, the paper's "between 1 and C").
 
     Returns:
       N sorted int64 index arrays whose concatenation is a permutation of `0..n-1`.
@@ -164,6 +171,10 @@ def partition(
     check_finite("alpha", alpha)
     check_range("alpha", alpha, low=0.0, low_inclusive=False)
     check_enough_samples(n, num_clients, min_samples)
+    if max_classes is not None:
+        if scheme != "paper":
+            raise ValueError(f"max_classes applies to scheme='paper' only; got scheme={scheme!r}")
+        max_classes = check_int("max_classes", max_classes, low=1, high=num_classes)
     rng = np.random.default_rng(seed)
     if scheme == "iid":
         parts = [np.sort(p) for p in np.array_split(rng.permutation(n), num_clients)]
@@ -177,7 +188,7 @@ def partition(
         parts = _even_split(rng, labels, _holders_pathological(rng, num_clients, num_classes, k))
     else:
         holds = (
-            _holders_paper(rng, num_clients, num_classes)
+            _holders_paper(rng, num_clients, num_classes, max_classes or num_classes)
             if scheme == "paper"
             else np.ones((num_clients, num_classes), bool)
         )

@@ -24,6 +24,7 @@ from pfedwn_jax._checks import (
     set_fields,
 )
 from pfedwn_jax.algorithms import available_algorithms, get_algorithm, make_hparams
+from pfedwn_jax.data.federate import POOLS
 from pfedwn_jax.data.partition import SCHEMES
 from pfedwn_jax.models import available_models
 from pfedwn_jax.wireless import LINK_MODELS, MOMENT_MODES, ChannelParams
@@ -49,6 +50,14 @@ class ExperimentConfig:
       alpha: Dirichlet concentration for the Dirichlet-type schemes.
       train_frac: per-client train share (the paper: 0.75).
       data_seed: seed of the partition and of each client's train/test split (None: `seed`).
+      pool: samples the partition splits: "union" of the dataset's train and test splits
+        (default; as PFLlib, which the paper cites for its setup, does) or "train" only.
+      classes_per_client: "paper": each client draws its number of classes from
+        U{1..classes_per_client} (None: U{1..C}, the paper); "pathological": exactly this
+        many (None: 2); must be None for the other schemes.
+      val_fraction: share of each client's training samples held out as a validation split,
+        in [0, 1) (0: none, the default). The runner then records the validation accuracy per
+        round (`records.val_acc [S]`, `records.target_val_acc`) for choosing hyperparameters.
 
     Model and methods:
       model: "cnn", "resnet18", "mlp" or "logreg". Default "mlp" so the default run (the
@@ -108,6 +117,9 @@ class ExperimentConfig:
     alpha: float = 0.1
     train_frac: float = 0.75
     data_seed: int | None = None
+    pool: str = "union"
+    classes_per_client: int | None = None
+    val_fraction: float = 0.0
     model: str = "mlp"
     algorithms: tuple[str, ...] = ()
     hparams: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
@@ -235,6 +247,26 @@ def _check_data(cfg: ExperimentConfig) -> dict[str, Any]:
             "train_frac", cfg.train_frac, 0.0, 1.0, low_inclusive=False, high_inclusive=False
         ),
         "data_seed": None if cfg.data_seed is None else check_seed("data_seed", cfg.data_seed),
+        **_check_partition_options(cfg),
+    }
+
+
+def _check_partition_options(cfg: ExperimentConfig) -> dict[str, Any]:
+    """Checked pool, classes_per_client (only for the schemes that take it), val_fraction."""
+    k = cfg.classes_per_client
+    if k is not None:
+        k = check_int("classes_per_client", k, 1, INT32_MAX)
+        if cfg.partition not in ("paper", "pathological"):
+            raise ValueError(
+                "classes_per_client applies to partition 'paper' or 'pathological'; got "
+                f"partition={cfg.partition!r}"
+            )
+    return {
+        "pool": check_choice("pool", cfg.pool, POOLS),
+        "classes_per_client": k,
+        "val_fraction": check_float(
+            "val_fraction", cfg.val_fraction, 0.0, 1.0, high_inclusive=False
+        ),
     }
 
 

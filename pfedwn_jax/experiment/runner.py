@@ -50,6 +50,7 @@ from pfedwn_jax.algorithms import (
     static_hparams,
 )
 from pfedwn_jax.data import DEFAULT_DATASET, ClientData, FederatedData, load_dataset, make_federated
+from pfedwn_jax.data.federate import class_options
 from pfedwn_jax.engine import constrain_slots, evaluate, put_slots, replicate, resolve_shards
 from pfedwn_jax.experiment import checkpoint as ckpt
 from pfedwn_jax.experiment.checkpoint import Resume, read_resume, restore_state, run_progress
@@ -88,6 +89,9 @@ def load_data(config: ExperimentConfig) -> FederatedData:
             alpha=config.alpha,
             train_frac=config.train_frac,
             min_samples=config.min_samples,
+            pool=config.pool,
+            val_fraction=config.val_fraction,
+            **class_options(config.partition, config.classes_per_client),
         )
     except ValueError as e:
         raise ValueError(f"partition: {e}") from None
@@ -163,6 +167,8 @@ class Experiment:
       test: `[N, ...]` test splits of every data client (device, replicated).
       init_key: key of every method's initial state.
       round_root: root of the per-round keys (`round_key(r)`).
+      val: `[N, ...]` validation splits (carved from the training data; `config.val_fraction`)
+        or None (device, replicated).
     """
 
     config: ExperimentConfig
@@ -172,6 +178,7 @@ class Experiment:
     test: ClientData
     init_key: jax.Array
     round_root: jax.Array
+    val: ClientData | None = None
 
     def round_key(self, r: int) -> jax.Array:
         """Round `r`'s key, the same for every method."""
@@ -187,22 +194,23 @@ def setup(config: ExperimentConfig, shards: int | None = None) -> Experiment:
     model = build_model(config, data.num_classes, data.train.x.shape[2:])
     fed = build_federation(config)
     ctx = build_context(config, fed, data, model)
-    test = jax.tree_util.tree_map(jnp.asarray, data.test)
+    test, val = jax.tree_util.tree_map(jnp.asarray, (data.test, data.val))
     # Several devices (CPU cores via `use_cpu_devices`, GPUs): slots split, the rest replicated.
     ctx = ctx.replace(shards=resolve_shards(shards, ctx.num_slots))
-    ctx, test = replicate((ctx, test), ctx.num_slots, ctx.shards)
+    ctx, test, val = replicate((ctx, test, val), ctx.num_slots, ctx.shards)
     init_key, round_root = round_keys(config.seed)
-    return Experiment(config, data, fed, ctx, test, init_key, round_root)
+    return Experiment(config, data, fed, ctx, test, init_key, round_root, val)
 
 
 # --------------------------------------------------------------------------- one round
-def _step(alg, hp, state, key, ctx, test, hvalues):
+def _step(alg, hp, state, key, ctx, test, hvalues, val=None):
     """One round plus evaluation and records: the compiled unit of the runner.
 
     `hp` is static (`static_hparams`), `hvalues` its dynamic (float) fields as arrays
     (`hparam_values`), bound inside so one compiled round serves every value. `metrics`
     holds the evaluation's `loss [S]`, `accuracy [S]` and `finite [S]`
-    (`divergence.slot_finite` of the evaluated models, test and training losses).
+    (`divergence.slot_finite` of the evaluated models, test and training losses). With a
+    validation split `val`, the records add `val_acc [S]` and `target_val_acc` (`val_records`).
     """
     hp = bind_hparams(hp, hvalues)
     ctx, link_records = _draw_links(ctx, key)
@@ -211,17 +219,27 @@ def _step(alg, hp, state, key, ctx, test, hvalues):
     params = alg.eval_params(state, ctx, hp)
     metrics = evaluate(ctx.model, params, test, ctx.data_client)
     records = alg.records(state, ctx, hp) if alg.records is not None else {}
-    records = {**records, **link_records}
+    records = {**records, **link_records, **val_records(ctx, params, val)}
     losses = [metrics["loss"]]
     if TRAIN_LOSS in records and records[TRAIN_LOSS].shape == (ctx.num_slots,):
         losses.append(records[TRAIN_LOSS])
     return state, {**metrics, "finite": slot_finite(params, losses)}, records
 
 
+def val_records(ctx: RoundContext, params: Any, val: ClientData | None) -> dict[str, jax.Array]:
+    """The evaluated models on the validation split: `val_acc [S]` and `target_val_acc` (mean
+    over the target slots, as `target_accuracy` for the test split); `{}` without `val`."""
+    if val is None:
+        return {}
+    acc = evaluate(ctx.model, params, val, ctx.data_client)["accuracy"]
+    target = ctx.is_target.astype(acc.dtype)
+    return {"val_acc": acc, "target_val_acc": (acc * target).sum() / jnp.maximum(target.sum(), 1)}
+
+
 def jitted_step(alg, hp):
     """The jitted round of `alg` for hyperparameters like `hp`: call it as
-    `(state, key, ctx, test, hparam_values(hp))` (cached: one compile per process for equal
-    algorithm, static hyperparameters, context structure and shapes)."""
+    `(state, key, ctx, test, hparam_values(hp), val)` (`val` optional; cached: one compile per
+    process for equal algorithm, static hyperparameters, context structure and shapes)."""
     return _jitted_step(alg, static_hparams(hp))
 
 
@@ -254,10 +272,10 @@ def init_state(
 
 
 def compile_round(exp: Experiment, alg: Algorithm, hp: Any, state: Any) -> tuple[Any, float]:
-    """`(compiled round, seconds)`: `compiled(state, key, exp.ctx, exp.test, hparam_values(hp))`
-    runs `_step`."""
+    """`(compiled round, seconds)`: `compiled(state, key, exp.ctx, exp.test, hparam_values(hp),
+    exp.val)` runs `_step`."""
     t0 = time.perf_counter()
-    args = (state, exp.round_root, exp.ctx, exp.test, hparam_values(hp))
+    args = (state, exp.round_root, exp.ctx, exp.test, hparam_values(hp), exp.val)
     compiled = jitted_step(alg, hp).lower(*args).compile()
     return compiled, time.perf_counter() - t0
 
@@ -319,7 +337,9 @@ def run_method(
     try:
         for r in range(start, rounds):
             t0 = time.perf_counter()
-            state, metrics, records = compiled(state, exp.round_key(r), exp.ctx, exp.test, hvalues)
+            state, metrics, records = compiled(
+                state, exp.round_key(r), exp.ctx, exp.test, hvalues, exp.val
+            )
             out = fetch_round(metrics, records)
             row = round_row(
                 r + 1, out.accuracy, out.loss, out.records, is_target, time.perf_counter() - t0
@@ -443,6 +463,7 @@ def data_info(data: FederatedData) -> dict[str, Any]:
         "input_shape": [int(s) for s in data.train.x.shape[2:]],
         "train_counts": np.asarray(data.train.count).tolist(),
         "test_counts": np.asarray(data.test.count).tolist(),
+        **({} if data.val is None else {"val_counts": np.asarray(data.val.count).tolist()}),
     }
 
 
