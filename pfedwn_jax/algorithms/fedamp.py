@@ -41,10 +41,12 @@ from pfedwn_jax.algorithms.common import (
     eval_own,
     init_baseline,
     local_update,
+    neighbor_distances,
+    neighbor_models,
     proximal_loss,
     train_loss_record,
 )
-from pfedwn_jax.engine import default_loss, mix_sparse, neighbor_sq_dist
+from pfedwn_jax.engine import default_loss, mix_sparse
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,9 +114,10 @@ def attention_matrix(
 
 def cloud_models(params: Any, ctx: RoundContext, hp: FedAMPHParams) -> Any:
     """``u [S, ...]``: every slot's personalised cloud model (along its neighbor list)."""
-    d = neighbor_sq_dist(params, ctx.neighbors, shards=ctx.shards)  # [S, K]
+    pool, index = neighbor_models(params, ctx)
+    d = neighbor_distances(params, pool, index, shards=ctx.shards)  # [S, K]
     xi = attention_weights(d, ctx.neighbor_mask, hp.alpha_k, hp.sigma)
-    return mix_sparse(params, ctx.neighbors, xi, shards=ctx.shards)
+    return mix_sparse(pool, index, xi, shards=ctx.shards)
 
 
 def _round(

@@ -34,6 +34,8 @@ MAX_NEIGHBORS = 10_000
 #: Network size with candidate lists (`candidates`): nothing is [N, N] any more.
 MAX_SPARSE_NODES = 1_000_000
 TAILS = ("mean", "none")
+#: Node mobility during training (`wireless.mobility`).
+MOBILITY = ("none", "waypoint", "gaussian")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,6 +136,11 @@ class ExperimentConfig:
     link_model: str = "ideal"
     link_failure: float | None = None
     selection: bool = True
+    stale: bool = False
+    mobility: str = "none"
+    speed: float = 1.0
+    round_seconds: float = 1.0
+    reselect_every: int = 0
 
     def __post_init__(self) -> None:
         # store what was checked, normalised (2.0 -> 2, tuples, plain dicts), so equal configs
@@ -352,10 +359,28 @@ def _check_links(cfg: ExperimentConfig) -> dict[str, Any]:
             raise ValueError(
                 f"link_failure applies to link_model='bernoulli' only; got link_model={model!r}"
             )
+    stale = check_bool("stale", cfg.stale)
+    if stale and model == "ideal":
+        raise ValueError("stale applies to a lossy link_model ('bernoulli' or 'physical')")
     return {
         "link_model": model,
         "link_failure": failure,
         "selection": check_bool("selection", cfg.selection),
+        "stale": stale,
+        **_check_mobility(cfg),
+    }
+
+
+def _check_mobility(cfg: ExperimentConfig) -> dict[str, Any]:
+    """Checked mobility fields (model, speed, round duration, re-selection period)."""
+    mobility = check_choice("mobility", cfg.mobility, MOBILITY)
+    if mobility != "none" and cfg.mode == "network" and cfg.candidates is not None:
+        raise ValueError("mobility applies to dense networks only; got candidates set")
+    return {
+        "mobility": mobility,
+        "speed": check_float("speed", cfg.speed, 0.0),
+        "round_seconds": check_float("round_seconds", cfg.round_seconds, 0.0, low_inclusive=False),
+        "reselect_every": check_int("reselect_every", cfg.reselect_every, 0, INT32_MAX),
     }
 
 

@@ -57,9 +57,13 @@ from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.experiment.divergence import TRAIN_LOSS, check_policy, note_divergence, slot_finite
 from pfedwn_jax.experiment.federation import Federation, build_federation
 from pfedwn_jax.experiment.links import (
-    LINK_SALT,
+    LinkTrack,
+    begin_round,
     build_links,
-    sample_received,
+    end_round,
+    init_track,
+    mobile_federation,
+    needs_track,
 )
 from pfedwn_jax.experiment.results import Result, append_round, finish_entry, new_entry, round_row
 from pfedwn_jax.io import check_writable_dir
@@ -185,7 +189,7 @@ def setup(config: ExperimentConfig, shards: int | None = None) -> Experiment:
     """
     data = load_data(config)
     model = build_model(config, data.num_classes, data.train.x.shape[2:])
-    fed = build_federation(config)
+    fed = mobile_federation(build_federation(config), config)
     ctx = build_context(config, fed, data, model)
     test = jax.tree_util.tree_map(jnp.asarray, data.test)
     # Several devices (CPU cores via `use_cpu_devices`, GPUs): slots split, the rest replicated.
@@ -196,26 +200,55 @@ def setup(config: ExperimentConfig, shards: int | None = None) -> Experiment:
 
 
 # --------------------------------------------------------------------------- one round
+class Tracked(NamedTuple):
+    """A method's state with per-link state (`stale` or `mobility`, `experiment.links`):
+    `alg` the algorithm's own state, `links` the `LinkTrack`."""
+
+    alg: Any
+    links: LinkTrack
+
+
 def _step(alg, hp, state, key, ctx, test, hvalues):
     """One round plus evaluation and records: the compiled unit of the runner.
 
     `hp` is static (`static_hparams`), `hvalues` its dynamic (float) fields as arrays
     (`hparam_values`), bound inside so one compiled round serves every value. `metrics`
     holds the evaluation's `loss [S]`, `accuracy [S]` and `finite [S]`
-    (`divergence.slot_finite` of the evaluated models, test and training losses).
+    (`divergence.slot_finite` of the evaluated models, test and training losses). With
+    `stale` or `mobility` the state is `Tracked` (`init_state` builds it).
     """
     hp = bind_hparams(hp, hvalues)
-    ctx, link_records = _draw_links(ctx, key)
-    state = alg.round(state, key, ctx, hp)
-    state = constrain_slots(state, ctx.num_slots, ctx.shards)  # where it came in: one compile
-    params = alg.eval_params(state, ctx, hp)
+    algstate, track = _split(state, ctx)
+    ctx, link_records = _draw_links(ctx, key, track)
+    algstate = alg.round(algstate, key, ctx, hp)
+    if track is not None:
+        track, more = end_round(ctx, track, link_records.pop("_drawn"), key)
+        link_records.update(more)
+        state = constrain_slots(Tracked(algstate, track), ctx.num_slots, ctx.shards)
+        algstate = state.alg
+    else:
+        state = algstate = constrain_slots(algstate, ctx.num_slots, ctx.shards)
+    params = alg.eval_params(algstate, ctx, hp)
     metrics = evaluate(ctx.model, params, test, ctx.data_client)
-    records = alg.records(state, ctx, hp) if alg.records is not None else {}
+    records = alg.records(algstate, ctx, hp) if alg.records is not None else {}
     records = {**records, **link_records}
     losses = [metrics["loss"]]
     if TRAIN_LOSS in records and records[TRAIN_LOSS].shape == (ctx.num_slots,):
         losses.append(records[TRAIN_LOSS])
     return state, {**metrics, "finite": slot_finite(params, losses)}, records
+
+
+def _split(state: Any, ctx: RoundContext) -> tuple[Any, LinkTrack | None]:
+    """(the algorithm's state, the `LinkTrack` or None); a ValueError where the links need a
+    track the state lacks (a sweep: `stale` and `mobility` run in `run()` only)."""
+    if not needs_track(ctx.links):
+        return state, None
+    if not isinstance(state, Tracked):
+        raise ValueError(
+            "stale=True and mobility need the runner's per-link state (runner.init_state); "
+            "sweeps do not support them: use pfedwn_jax.run per setting"
+        )
+    return state.alg, state.links
 
 
 def jitted_step(alg, hp):
@@ -225,17 +258,19 @@ def jitted_step(alg, hp):
     return _jitted_step(alg, static_hparams(hp))
 
 
-def _draw_links(ctx: RoundContext, key: jax.Array) -> tuple[RoundContext, dict]:
-    """This round's link outcomes (`experiment.links`): `ctx` with `neighbor_mask` restricted
-    to the models that arrived, and the records `link_received [S, K]`, `link_failure_rate`."""
+def _draw_links(
+    ctx: RoundContext, key: jax.Array, track: LinkTrack | None = None
+) -> tuple[RoundContext, dict]:
+    """This round's link outcomes (`experiment.links.begin_round`): `ctx` with
+    `neighbor_mask` restricted to the models the algorithm may combine, and the records
+    `link_received [S, K]`, `link_failure_rate` (with mobility also `positions [S, 2]`,
+    `neighbors`/`neighbor_mask [S, K]`, `reselected`; with a track, `_drawn` for `end_round`)."""
     if ctx.links is None:
         return ctx, {}
-    key = jax.random.fold_in(key, LINK_SALT)
-    received = sample_received(key, ctx.links, ctx.neighbors, ctx.neighbor_mask)
-    real = ctx.neighbor_mask.at[:, 0].set(False)
-    rate = 1.0 - (received & real).sum() / jnp.maximum(real.sum(), 1)
-    records = {"link_received": received, "link_failure_rate": rate.astype(jnp.float32)}
-    return ctx.replace(neighbor_mask=ctx.neighbor_mask & received), records
+    ctx, records, drawn = begin_round(ctx, track, key)
+    if track is not None:
+        records["_drawn"] = drawn
+    return ctx, records
 
 
 @functools.lru_cache(maxsize=32)
@@ -248,6 +283,9 @@ def init_state(
 ) -> Any:
     """The method's initial state, or a checkpoint's `leaves` in its structure; slots placed."""
     state = alg.init(exp.init_key, exp.ctx, hp)
+    if needs_track(exp.ctx.links):
+        params = jax.eval_shape(lambda s: alg.eval_params(s, exp.ctx, hp), state)  # [S, ...]
+        state = Tracked(state, init_track(exp.init_key, exp.ctx, params))
     if leaves is not None:
         state = restore_state(state, leaves)
     return put_slots(state, exp.ctx.num_slots, exp.ctx.shards)
