@@ -267,7 +267,8 @@ def init_track(key: jax.Array, ctx: Any, params: Any) -> LinkTrack:
         walker = RandomWaypoint if m.model == "waypoint" else GaussianWalk
         walk = walker.init(jax.random.fold_in(key, MOTION_SALT), links.positions, m.area, m.speed)
     lists = (ctx.neighbors, ctx.neighbor_mask) if links.motion is not None else (None, None)
-    return LinkTrack(cache, age, seen, walk, *lists, jnp.zeros((), jnp.int32))
+    track = LinkTrack(cache, age, seen, walk, *lists, jnp.zeros((), jnp.int32))
+    return jax.tree.map(lambda a: jnp.array(a, copy=True), track)  # the round donates it
 
 
 class Drawn(NamedTuple):
@@ -383,6 +384,23 @@ def _moved(ctx: Any, track: LinkTrack) -> tuple[Any, dict]:
     links = links.replace(positions=pos, perr=perr, reselected=changed)
     records = {"positions": pos, "neighbors": nbr, "neighbor_mask": mask, "reselected": changed}
     return ctx.replace(neighbors=nbr, neighbor_mask=mask, links=links), records
+
+
+def mobility_summary(methods: dict[str, dict[str, Any]]) -> dict[str, list]:
+    """The result's `network["mobility"]`: positions and lists at round 1 and at every
+    re-selection that changed them, `{"rounds": [R'], "positions": [R'][S][2],
+    "neighbors": [R'][S][K], "neighbor_mask": [R'][S][K]}` (rounds counted from 1, as the
+    rows; every method sees the same movement, the longest record is used). Per round the
+    methods' records hold `positions`, `neighbors`, `neighbor_mask` and `reselected`."""
+    recs = [m["records"] for m in methods.values() if "reselected" in m.get("records", {})]
+    if not recs:
+        return {}
+    rec = max(recs, key=lambda r: len(r["reselected"]))
+    rounds = [r for r, flag in enumerate(rec["reselected"]) if r == 0 or flag]
+    out = {"rounds": [r + 1 for r in rounds]}
+    for key in ("positions", "neighbors", "neighbor_mask"):
+        out[key] = [rec[key][r] for r in rounds]
+    return out
 
 
 def slot_perr_matrix(

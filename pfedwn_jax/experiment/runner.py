@@ -63,6 +63,7 @@ from pfedwn_jax.experiment.links import (
     end_round,
     init_track,
     mobile_federation,
+    mobility_summary,
     needs_track,
 )
 from pfedwn_jax.experiment.results import Result, append_round, finish_entry, new_entry, round_row
@@ -499,6 +500,8 @@ def assemble_result(
         "slot_neighbors": np.asarray(exp.ctx.neighbors).tolist(),
         "slot_neighbor_mask": np.asarray(exp.ctx.neighbor_mask).tolist(),
     }
+    if exp.config.mobility != "none":  # positions and lists per re-selection
+        network["mobility"] = mobility_summary(methods)
     return Result(
         config=exp.config,
         network=network,
