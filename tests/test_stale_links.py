@@ -156,3 +156,12 @@ def test_stale_needs_a_lossy_link_model_and_the_runner():
         ExperimentConfig(stale=True)
     with pytest.raises(ValueError, match="stale"):
         ExperimentConfig(link_model="bernoulli", stale="yes")
+
+
+@pytest.mark.parametrize(
+    "kw", [dict(link_model="bernoulli", stale=True), dict(mobility="gaussian")]
+)
+def test_sweeps_reject_stale_links_and_mobility(kw):
+    config = ExperimentConfig(**{**BASE, "rounds": 1}, algorithms=("fedavg",), **kw)
+    with pytest.raises(ValueError, match="sweeps do not support"):
+        pfedwn_jax.sweep(config, seeds=[0, 1], progress=False)

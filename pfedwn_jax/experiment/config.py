@@ -102,6 +102,17 @@ class ExperimentConfig:
       selection: channel-aware neighbor selection `P_err < eps` (True, the paper); False:
         every neighbor in range trains together (every candidate in network mode), so
         selection can be compared with no selection under the same link model.
+      stale: when a link fails, the target uses the last model it received over that link
+        (its age recorded as `link_age`) instead of dropping it; needs a lossy `link_model`.
+        Memory: K models per slot (the cache). Not in sweeps.
+
+    Mobility during training (docs/robustness.md; dense networks, not in sweeps):
+      mobility: "none", "waypoint" (random waypoint) or "gaussian" (Gaussian random walk):
+        nodes move between rounds inside the area; single mode then trains every client.
+      speed: node speed in m/s (>= 0; the RMS speed of the Gaussian walk).
+      round_seconds: seconds of movement per round (> 0).
+      reselect_every: re-select neighbors (`P_err < eps` at the current positions, at most
+        the initial list width) every this many rounds; 0: never.
     """
 
     dataset: str | None = None
