@@ -37,6 +37,10 @@ def test_speed_zero_equals_no_mobility_exactly(mode, kw):
     moving = _run(mode=mode, algorithms=methods, speed=0.0, reselect_every=1, **kw)
     for m in methods:
         assert moving.methods[m]["target_accuracy"] == still.methods[m]["target_accuracy"]
+        for mine, theirs in zip(  # single mode: the extra slots (unselected clients) come last
+            moving.methods[m]["client_loss"], still.methods[m]["client_loss"], strict=True
+        ):
+            assert mine[: len(theirs)] == theirs, m
         assert not any(moving.methods[m]["records"]["reselected"])
     assert moving.network["mobility"]["rounds"] == [1]
 

@@ -295,7 +295,7 @@ def _em_now(rounds_done: jax.Array, ctx: RoundContext, hp: PFedWNHParams) -> jax
 def _arrived(pi: jax.Array, ctx: RoundContext) -> jax.Array:
     """With a link model, pi renormalised over the models that arrived this round (a row with
     none left is all zero: the target keeps its own model, Eq. 5 with nothing to mix)."""
-    if ctx.links is None:  # ideal links: pi as estimated (bit for bit)
+    if ctx.links is None or ctx.links.model == "ideal":  # pi as estimated (bit for bit)
         return pi
     kept = pi * ctx.neighbor_mask
     total = kept.sum(1, keepdims=True)
