@@ -148,3 +148,29 @@ def test_pfedwn_re_estimates_after_a_reselection():
 def test_bad_mobility_settings(kwargs, match):
     with pytest.raises(ValueError, match=match):
         ExperimentConfig(**kwargs)
+
+
+@pytest.mark.slow
+def test_a_resumed_run_with_stale_links_and_mobility_repeats_the_uninterrupted_one(tmp_path):
+    config = ExperimentConfig(
+        **{**BASE, "rounds": 3},
+        algorithms=("fedavg",),
+        link_model="bernoulli",
+        link_failure=0.5,
+        stale=True,
+        mobility="waypoint",
+        speed=20.0,
+        reselect_every=1,
+    )
+    full = pfedwn_jax.run(config, progress=False)
+
+    def stop(name, rounds_done, row):
+        if rounds_done == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        pfedwn_jax.run(config, progress=False, checkpoint=tmp_path, callback=stop)
+    resumed = pfedwn_jax.run(config, progress=False, checkpoint=tmp_path, resume=True)
+    for key in ("client_loss", "records"):
+        assert resumed.methods["fedavg"][key] == full.methods["fedavg"][key], key
+    assert resumed.network["mobility"] == full.network["mobility"]
