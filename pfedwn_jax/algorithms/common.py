@@ -7,6 +7,8 @@
   functions of the methods that keep one model per slot and nothing else.
 - ``average_in_groups``, ``train_then_average``: FedAvg's round, reused by its variants.
 - ``sq_norm_diff``, ``proximal_loss``: a local objective with a pull towards an anchor model.
+- ``neighbor_models``, ``neighbor_distances``: the one way an algorithm reads the models on
+  its neighbor lists (with ``stale`` links a failed link's last received copy).
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from pfedwn_jax.engine import (
     init_client_state,
     local_train,
     mix_sparse,
+    neighbor_sq_dist,
 )
+from pfedwn_jax.engine.tree import flatten_slots
 
 
 def check_square(name: str, x: Any) -> int:
@@ -189,12 +193,45 @@ def train_loss_record(state: Any, ctx: RoundContext, hp: Any) -> dict[str, jax.A
     return {"train_loss": state.train_loss}
 
 
+def neighbor_models(params: Any, ctx: RoundContext) -> tuple[Any, jax.Array]:
+    """``(pool, index [S, K])``: the model of list entry ``(s, k)`` is ``pool[index[s, k]]``.
+
+    ``params [S, ...]`` are the models the slots send this round. Without stale links this is
+    ``(params, ctx.neighbors)`` itself. With ``stale=True`` (``experiment.links``) the pool
+    is ``concat(params, cache)`` (``[S + S K, ...]``, the last model received over each
+    link) and a failed link points into the cache; the runner also notes ``params`` as what
+    was sent, to cache what arrived. Every algorithm reads its neighbors' models through
+    this (``mix_sparse(pool, index, weights)``, ``neighbor_distances``), once per round.
+    """
+    links = ctx.links
+    if links is None or getattr(links, "cache", None) is None:
+        return params, ctx.neighbors
+    links.sink.sent.append(params)
+    pool = jax.tree.map(lambda p, c: jnp.concatenate([p, c.astype(p.dtype)]), params, links.cache)
+    return pool, links.source
+
+
+def neighbor_distances(
+    params: Any, pool: Any, index: jax.Array, *, shards: int | None = 1
+) -> jax.Array:
+    """``[S, K]`` float32 ``||params[s] - pool[index[s, k]]||^2`` (``neighbor_models``'
+    pool); the engine's ``neighbor_sq_dist`` when the pool is ``params`` itself."""
+    if pool is params:
+        return neighbor_sq_dist(params, index, shards=shards)
+    v = flatten_slots(params).astype(jnp.float32)
+    w = flatten_slots(pool).astype(jnp.float32)
+
+    def column(k: jax.Array) -> jax.Array:
+        return jnp.sum(jnp.square(jnp.take(w, index[:, k], axis=0) - v), axis=1)
+
+    return jax.lax.map(column, jnp.arange(index.shape[1])).T
+
+
 def average_in_groups(clients: ClientState, ctx: RoundContext) -> ClientState:
     """Replace each slot's params by its group's sample-weighted mean (optimizer state kept)."""
     weights = group_average_weights(ctx.neighbors, ctx.neighbor_mask, ctx.num_samples)
-    return clients._replace(
-        params=mix_sparse(clients.params, ctx.neighbors, weights, shards=ctx.shards)
-    )
+    pool, index = neighbor_models(clients.params, ctx)
+    return clients._replace(params=mix_sparse(pool, index, weights, shards=ctx.shards))
 
 
 def train_then_average(

@@ -57,11 +57,13 @@ from pfedwn_jax.algorithms.common import (
     eval_own,
     init_baseline,
     local_update,
+    neighbor_distances,
+    neighbor_models,
     proximal_loss,
     sq_norm_diff,
     train_loss_record,
 )
-from pfedwn_jax.engine import default_loss, mix_sparse, neighbor_sq_dist
+from pfedwn_jax.engine import default_loss, mix_sparse
 
 SIGMA_MODES = ("fixed", "auto")
 #: Smallest ``sigma`` of ``sigma_mode="auto"`` (all neighbors at distance 0, e.g. round 1).
@@ -176,9 +178,10 @@ def round_sigma(sq_dists: jax.Array, neighbor_mask: jax.Array, hp: FedAMPHParams
 
 def cloud_models(params: Any, ctx: RoundContext, hp: FedAMPHParams) -> Any:
     """``u [S, ...]``: every slot's personalised cloud model (along its neighbor list)."""
-    d = neighbor_sq_dist(params, ctx.neighbors, shards=ctx.shards)  # [S, K]
+    pool, index = neighbor_models(params, ctx)
+    d = neighbor_distances(params, pool, index, shards=ctx.shards)  # [S, K]
     xi = attention_weights(d, ctx.neighbor_mask, hp.alpha_k, round_sigma(d, ctx.neighbor_mask, hp))
-    return mix_sparse(params, ctx.neighbors, xi, shards=ctx.shards)
+    return mix_sparse(pool, index, xi, shards=ctx.shards)
 
 
 def attentive_loss(base_loss: Any, hp: FedAMPHParams) -> Any:
@@ -209,9 +212,10 @@ def _round(
         aux = cloud_models(params, ctx, hp)
         loss_fn = proximal_loss(base, hp.lam / hp.alpha_k)
     else:
-        d = neighbor_sq_dist(params, ctx.neighbors, shards=ctx.shards)  # [S, K]
+        pool, index = neighbor_models(params, ctx)
+        d = neighbor_distances(params, pool, index, shards=ctx.shards)  # [S, K]
         sigma = jnp.broadcast_to(round_sigma(d, ctx.neighbor_mask, hp), (ctx.num_slots,))
-        received = jax.tree.map(lambda a: a[ctx.neighbors], params)  # [S, K, ...]
+        received = jax.tree.map(lambda a: a[index], pool)  # [S, K, ...]
         aux, loss_fn = (received, ctx.neighbor_mask, sigma), attentive_loss(base, hp)
     clients, metrics = local_update(ctx, state.clients, key, loss_fn=loss_fn, aux=aux)
     return BaselineState(clients, metrics["loss"])

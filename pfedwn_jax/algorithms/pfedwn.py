@@ -53,6 +53,7 @@ from pfedwn_jax.algorithms.common import (
     eval_own,
     init_clients,
     local_update,
+    neighbor_models,
 )
 from pfedwn_jax.em import estimate_weights, m_step, responsibilities
 from pfedwn_jax.engine import ClientState, cross_evaluate, mix_sparse, take_slots
@@ -207,9 +208,16 @@ def aggregation_matrix(pi: jax.Array, a: float | jax.Array, apply: jax.Array) ->
 
 
 def estimate_pi(
-    params: Any, key: jax.Array, ctx: RoundContext, hp: PFedWNHParams
+    params: Any,
+    key: jax.Array,
+    ctx: RoundContext,
+    hp: PFedWNHParams,
+    received: tuple[Any, jax.Array] | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """EM estimate of pi from the slots' current models (see the module docstring).
+
+    ``received``: ``neighbor_models(params, ctx)``, where the components come from (stale
+    links: a failed link's cached copy); default ``(params, ctx.neighbors)``.
 
     Returns ``(pi [S, K], trace [em_steps + 2, S, K])`` (prior, each outer step, final).
     """
@@ -218,7 +226,8 @@ def estimate_pi(
     nmask = weighed(ctx)[:, 1:]  # [S, K - 1] the EM runs over the neighbor columns
     smask = ctx.train.mask[ctx.data_client]  # [S, N] the target's real samples
     dc = ctx.data_client[pairs.slot]  # [P] component p is evaluated/trained on its target's data
-    comp = take_slots(params, pairs.neighbor)
+    pool, index = (params, ctx.neighbors) if received is None else received
+    comp = take_slots(pool, index[pairs.slot, pairs.col])
     p_idx = jnp.arange(pairs.slot.shape[0], dtype=jnp.int32)
 
     def losses_of(comp_params: Any) -> jax.Array:
@@ -274,10 +283,19 @@ def em_due(rounds_done: jax.Array, hp: PFedWNHParams) -> jax.Array:
     return (since >= 0) & (since % hp.em_every == 0)
 
 
+def _em_now(rounds_done: jax.Array, ctx: RoundContext, hp: PFedWNHParams) -> jax.Array:
+    """``em_due``, or (with mobility) a re-selection changed the lists after warm-up."""
+    due = em_due(rounds_done, hp)
+    reselected = getattr(ctx.links, "reselected", None)
+    if reselected is None:
+        return due
+    return due | (reselected & (rounds_done >= hp.warmup_rounds))
+
+
 def _arrived(pi: jax.Array, ctx: RoundContext) -> jax.Array:
     """With a link model, pi renormalised over the models that arrived this round (a row with
     none left is all zero: the target keeps its own model, Eq. 5 with nothing to mix)."""
-    if ctx.links is None:  # ideal links: pi as estimated (bit for bit)
+    if ctx.links is None or ctx.links.model == "ideal":  # pi as estimated (bit for bit)
         return pi
     kept = pi * ctx.neighbor_mask
     total = kept.sum(1, keepdims=True)
@@ -288,19 +306,18 @@ def _round(state: PFedWNState, key: jax.Array, ctx: RoundContext, hp: PFedWNHPar
     # training uses `key` itself, exactly as Local does (so a = 1 reproduces Local bit for bit)
     em_key, train_key = jax.random.fold_in(key, 0x5EED), key
     params = state.clients.params
+    received = neighbor_models(params, ctx)
     if ctx.neighbors.shape[1] > 1:
         pi, trace = jax.lax.cond(
-            em_due(state.rounds_done, hp),
-            lambda: estimate_pi(params, em_key, ctx, hp),
+            _em_now(state.rounds_done, ctx, hp),
+            lambda: estimate_pi(params, em_key, ctx, hp, received),
             lambda: (state.pi, state.pi_trace),
         )
     else:  # nobody has a neighbor: pFedWN is local training
         pi, trace = state.pi, state.pi_trace
     apply = ctx.is_target & (state.rounds_done >= hp.warmup_rounds)
     weights = aggregation_weights(_arrived(pi, ctx), hp.a, apply)
-    clients = state.clients._replace(
-        params=mix_sparse(params, ctx.neighbors, weights, shards=ctx.shards)
-    )
+    clients = state.clients._replace(params=mix_sparse(*received, weights, shards=ctx.shards))
     clients, metrics = local_update(ctx, clients, train_key)
     return PFedWNState(
         clients=clients,

@@ -35,6 +35,8 @@ MAX_NEIGHBORS = 10_000
 #: Network size with candidate lists (`candidates`): nothing is [N, N] any more.
 MAX_SPARSE_NODES = 1_000_000
 TAILS = ("mean", "none")
+#: Node mobility during training (`wireless.mobility`).
+MOBILITY = ("none", "waypoint", "gaussian")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +111,17 @@ class ExperimentConfig:
       selection: channel-aware neighbor selection `P_err < eps` (True, the paper); False:
         every neighbor in range trains together (every candidate in network mode), so
         selection can be compared with no selection under the same link model.
+      stale: when a link fails, the target uses the last model it received over that link
+        (its age recorded as `link_age`) instead of dropping it; needs a lossy `link_model`.
+        Memory: K models per slot (the cache). Not in sweeps.
+
+    Mobility during training (docs/robustness.md; dense networks, not in sweeps):
+      mobility: "none", "waypoint" (random waypoint) or "gaussian" (Gaussian random walk):
+        nodes move between rounds inside the area; single mode then trains every client.
+      speed: node speed in m/s (>= 0; the RMS speed of the Gaussian walk).
+      round_seconds: seconds of movement per round (> 0).
+      reselect_every: re-select neighbors (`P_err < eps` at the current positions, at most
+        the initial list width) every this many rounds; 0: never.
     """
 
     dataset: str | None = None
@@ -146,6 +159,11 @@ class ExperimentConfig:
     link_model: str = "ideal"
     link_failure: float | None = None
     selection: bool = True
+    stale: bool = False
+    mobility: str = "none"
+    speed: float = 1.0
+    round_seconds: float = 1.0
+    reselect_every: int = 0
 
     def __post_init__(self) -> None:
         # store what was checked, normalised (2.0 -> 2, tuples, plain dicts), so equal configs
@@ -384,10 +402,28 @@ def _check_links(cfg: ExperimentConfig) -> dict[str, Any]:
             raise ValueError(
                 f"link_failure applies to link_model='bernoulli' only; got link_model={model!r}"
             )
+    stale = check_bool("stale", cfg.stale)
+    if stale and model == "ideal":
+        raise ValueError("stale applies to a lossy link_model ('bernoulli' or 'physical')")
     return {
         "link_model": model,
         "link_failure": failure,
         "selection": check_bool("selection", cfg.selection),
+        "stale": stale,
+        **_check_mobility(cfg),
+    }
+
+
+def _check_mobility(cfg: ExperimentConfig) -> dict[str, Any]:
+    """Checked mobility fields (model, speed, round duration, re-selection period)."""
+    mobility = check_choice("mobility", cfg.mobility, MOBILITY)
+    if mobility != "none" and cfg.mode == "network" and cfg.candidates is not None:
+        raise ValueError("mobility applies to dense networks only; got candidates set")
+    return {
+        "mobility": mobility,
+        "speed": check_float("speed", cfg.speed, 0.0),
+        "round_seconds": check_float("round_seconds", cfg.round_seconds, 0.0, low_inclusive=False),
+        "reselect_every": check_int("reselect_every", cfg.reselect_every, 0, INT32_MAX),
     }
 
 

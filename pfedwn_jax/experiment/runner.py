@@ -58,9 +58,14 @@ from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.experiment.divergence import TRAIN_LOSS, check_policy, note_divergence, slot_finite
 from pfedwn_jax.experiment.federation import Federation, build_federation
 from pfedwn_jax.experiment.links import (
-    LINK_SALT,
+    LinkTrack,
+    begin_round,
     build_links,
-    sample_received,
+    end_round,
+    init_track,
+    mobile_federation,
+    mobility_summary,
+    needs_track,
 )
 from pfedwn_jax.experiment.results import Result, append_round, finish_entry, new_entry, round_row
 from pfedwn_jax.io import check_writable_dir
@@ -192,7 +197,7 @@ def setup(config: ExperimentConfig, shards: int | None = None) -> Experiment:
     """
     data = load_data(config)
     model = build_model(config, data.num_classes, data.train.x.shape[2:])
-    fed = build_federation(config)
+    fed = mobile_federation(build_federation(config), config)
     ctx = build_context(config, fed, data, model)
     test, val = jax.tree_util.tree_map(jnp.asarray, (data.test, data.val))
     # Several devices (CPU cores via `use_cpu_devices`, GPUs): slots split, the rest replicated.
@@ -203,6 +208,14 @@ def setup(config: ExperimentConfig, shards: int | None = None) -> Experiment:
 
 
 # --------------------------------------------------------------------------- one round
+class Tracked(NamedTuple):
+    """A method's state with per-link state (`stale` or `mobility`, `experiment.links`):
+    `alg` the algorithm's own state, `links` the `LinkTrack`."""
+
+    alg: Any
+    links: LinkTrack
+
+
 def _step(alg, hp, state, key, ctx, test, hvalues, val=None):
     """One round plus evaluation and records: the compiled unit of the runner.
 
@@ -211,14 +224,22 @@ def _step(alg, hp, state, key, ctx, test, hvalues, val=None):
     holds the evaluation's `loss [S]`, `accuracy [S]` and `finite [S]`
     (`divergence.slot_finite` of the evaluated models, test and training losses). With a
     validation split `val`, the records add `val_acc [S]` and `target_val_acc` (`val_records`).
+    With `stale` or `mobility` the state is `Tracked` (`init_state` builds it).
     """
     hp = bind_hparams(hp, hvalues)
-    ctx, link_records = _draw_links(ctx, key)
-    state = alg.round(state, key, ctx, hp)
-    state = constrain_slots(state, ctx.num_slots, ctx.shards)  # where it came in: one compile
-    params = alg.eval_params(state, ctx, hp)
+    algstate, track = _split(state, ctx)
+    ctx, link_records = _draw_links(ctx, key, track)
+    algstate = alg.round(algstate, key, ctx, hp)
+    if track is not None:
+        track, more = end_round(ctx, track, link_records.pop("_drawn"), key)
+        link_records.update(more)
+        state = constrain_slots(Tracked(algstate, track), ctx.num_slots, ctx.shards)
+        algstate = state.alg
+    else:
+        state = algstate = constrain_slots(algstate, ctx.num_slots, ctx.shards)
+    params = alg.eval_params(algstate, ctx, hp)
     metrics = evaluate(ctx.model, params, test, ctx.data_client)
-    records = alg.records(state, ctx, hp) if alg.records is not None else {}
+    records = alg.records(algstate, ctx, hp) if alg.records is not None else {}
     records = {**records, **link_records, **val_records(ctx, params, val)}
     losses = [metrics["loss"]]
     if TRAIN_LOSS in records and records[TRAIN_LOSS].shape == (ctx.num_slots,):
@@ -236,6 +257,19 @@ def val_records(ctx: RoundContext, params: Any, val: ClientData | None) -> dict[
     return {"val_acc": acc, "target_val_acc": (acc * target).sum() / jnp.maximum(target.sum(), 1)}
 
 
+def _split(state: Any, ctx: RoundContext) -> tuple[Any, LinkTrack | None]:
+    """(the algorithm's state, the `LinkTrack` or None); a ValueError where the links need a
+    track the state lacks (a sweep: `stale` and `mobility` run in `run()` only)."""
+    if not needs_track(ctx.links):
+        return state, None
+    if not isinstance(state, Tracked):
+        raise ValueError(
+            "stale=True and mobility need the runner's per-link state (runner.init_state); "
+            "sweeps do not support them: use pfedwn_jax.run per setting"
+        )
+    return state.alg, state.links
+
+
 def jitted_step(alg, hp):
     """The jitted round of `alg` for hyperparameters like `hp`: call it as
     `(state, key, ctx, test, hparam_values(hp), val)` (`val` optional; cached: one compile per
@@ -243,17 +277,19 @@ def jitted_step(alg, hp):
     return _jitted_step(alg, static_hparams(hp))
 
 
-def _draw_links(ctx: RoundContext, key: jax.Array) -> tuple[RoundContext, dict]:
-    """This round's link outcomes (`experiment.links`): `ctx` with `neighbor_mask` restricted
-    to the models that arrived, and the records `link_received [S, K]`, `link_failure_rate`."""
+def _draw_links(
+    ctx: RoundContext, key: jax.Array, track: LinkTrack | None = None
+) -> tuple[RoundContext, dict]:
+    """This round's link outcomes (`experiment.links.begin_round`): `ctx` with
+    `neighbor_mask` restricted to the models the algorithm may combine, and the records
+    `link_received [S, K]`, `link_failure_rate` (with mobility also `positions [S, 2]`,
+    `neighbors`/`neighbor_mask [S, K]`, `reselected`; with a track, `_drawn` for `end_round`)."""
     if ctx.links is None:
         return ctx, {}
-    key = jax.random.fold_in(key, LINK_SALT)
-    received = sample_received(key, ctx.links, ctx.neighbors, ctx.neighbor_mask)
-    real = ctx.neighbor_mask.at[:, 0].set(False)
-    rate = 1.0 - (received & real).sum() / jnp.maximum(real.sum(), 1)
-    records = {"link_received": received, "link_failure_rate": rate.astype(jnp.float32)}
-    return ctx.replace(neighbor_mask=ctx.neighbor_mask & received), records
+    ctx, records, drawn = begin_round(ctx, track, key)
+    if track is not None:
+        records["_drawn"] = drawn
+    return ctx, records
 
 
 @functools.lru_cache(maxsize=32)
@@ -266,6 +302,9 @@ def init_state(
 ) -> Any:
     """The method's initial state, or a checkpoint's `leaves` in its structure; slots placed."""
     state = alg.init(exp.init_key, exp.ctx, hp)
+    if needs_track(exp.ctx.links):
+        params = jax.eval_shape(lambda s: alg.eval_params(s, exp.ctx, hp), state)  # [S, ...]
+        state = Tracked(state, init_track(exp.init_key, exp.ctx, params))
     if leaves is not None:
         state = restore_state(state, leaves)
     return put_slots(state, exp.ctx.num_slots, exp.ctx.shards)
@@ -482,6 +521,8 @@ def assemble_result(
         "slot_neighbors": np.asarray(exp.ctx.neighbors).tolist(),
         "slot_neighbor_mask": np.asarray(exp.ctx.neighbor_mask).tolist(),
     }
+    if exp.config.mobility != "none":  # positions and lists per re-selection
+        network["mobility"] = mobility_summary(methods)
     return Result(
         config=exp.config,
         network=network,
