@@ -88,6 +88,7 @@ def load_data(config: ExperimentConfig) -> FederatedData:
             alpha=config.alpha,
             train_frac=config.train_frac,
             min_samples=config.min_samples,
+            max_samples_per_client=config.max_samples_per_client,
         )
     except ValueError as e:
         raise ValueError(f"partition: {e}") from None
@@ -536,7 +537,7 @@ def run(
             exp,
             alg,
             hp,
-            resumed.entry if own else new_entry(hp),
+            resumed.entry if own else new_entry(hp, config.record_every, config.rounds),
             leaves=resumed.leaves if own else None,
             name=name,
             progress=progress,
