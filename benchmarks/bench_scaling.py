@@ -37,8 +37,9 @@ DENSITY = 11 / 2500  # the demo's 11 nodes on 50 m x 50 m
 DATA_DIR = Path(os.environ.get("PFEDWN_DATA_DIR", HERE.parent.parent / "shared" / "data"))
 
 
-def one_case(nodes: int, model: str, method: str, rounds: int) -> dict:
-    """Set up and run one network-mode experiment in this process; its measurements."""
+def one_case(nodes: int, model: str, method: str, rounds: int, plan_only: bool = False) -> dict:
+    """Set up and run one network-mode experiment in this process; its measurements
+    (`plan_only`: set up and ask the memory plan, run nothing)."""
     import jax
 
     from pfedwn_jax import ExperimentConfig, use_cpu_devices
@@ -76,6 +77,9 @@ def one_case(nodes: int, model: str, method: str, rounds: int) -> dict:
         "estimate_bytes": est.total(1),
         "available_bytes": avail,
     }
+    if plan_only:  # the plan alone (cases too slow to time here)
+        fits = est.total(1) <= 0.8 * avail
+        return {**out, "stopped": f"plan only: {est.total(1) / 2**30:.1f} GiB, fits: {fits}"}
     if est.total(1) > 0.8 * avail:
         need, have = est.total(1) / 2**30, avail / 2**30
         return {
@@ -166,6 +170,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--timeout", type=int, default=900)
     ap.add_argument("--one", nargs=3, metavar=("N", "MODEL", "METHOD"), help=argparse.SUPPRESS)
+    ap.add_argument("--plan-only", action="store_true", help="memory plan only, no rounds")
     ap.add_argument("--plot-from", type=Path, nargs="+", help="redraw from these raw JSONs")
     args = ap.parse_args()
     if args.plot_from:
@@ -174,7 +179,8 @@ def main() -> None:
         print("growth exponents (N >= 100):", exponents(rows), "plot:", plot(rows, out))
         return
     if args.one:
-        print(json.dumps(one_case(int(args.one[0]), args.one[1], args.one[2], args.rounds)))
+        n, model, method = int(args.one[0]), args.one[1], args.one[2]
+        print(json.dumps(one_case(n, model, method, args.rounds, args.plan_only)))
         return
     rows = []
     for model in args.models:
@@ -189,6 +195,7 @@ def main() -> None:
                     method,
                     "--rounds",
                     str(args.rounds),
+                    *(["--plan-only"] if args.plan_only else []),
                 ]
                 try:
                     p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
