@@ -67,7 +67,9 @@ def one_case(nodes: int, model: str, method: str, rounds: int, plan_only: bool =
     exp = setup(config)
     setup_s = time.perf_counter() - t0
     est = memory.estimate(exp.ctx, exp.test, method, config.hparams_for(method))
-    avail = memory.available_bytes()
+    # one run's slots are split over the CPU devices, which share the host's memory: the
+    # budget of the whole run is the host's (`available_bytes` is one device's share)
+    avail = memory.available_bytes() * len(jax.local_devices(backend="cpu"))
     out = {
         "nodes": nodes,
         "model": model,

@@ -99,7 +99,11 @@ class Result:
         entry = self.methods[method]
         if "recorded_rounds" in entry:
             return np.asarray(entry["recorded_rounds"], np.int64)
-        return np.arange(1, len(entry["client_accuracy"]) + 1)  # written before `record_every`
+        # written before `record_every`: every round has its row
+        rows = entry.get("client_accuracy")
+        if rows is None:  # no per-slot metrics: the records' rows
+            rows = max(entry.get("records", {}).values(), key=len, default=[])
+        return np.arange(1, len(rows) + 1)
 
     def client_accuracy_stats(self, method: str) -> dict[str, np.ndarray]:
         """`{"mean", "q10", "q50", "q90"} -> [rounds]` client accuracy over the slots, every
