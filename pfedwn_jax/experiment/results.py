@@ -162,11 +162,19 @@ class Result:
             arrays[where + SEP + "rounds"] = self.recorded_rounds(name).astype(np.int32)
             head = _split_off(entry, ("client_accuracy", "client_loss"), where, arrays, dtype)
             head.pop("recorded_rounds", None)
-            keys = [k for k, v in entry.get("records", {}).items() if not _per_round_scalar(v)]
-            head["records"] = _split_off(entry["records"], keys, where + "/records", arrays, dtype)
+            records = entry.get("records", {})
+            keys = [k for k, v in records.items() if not _per_round_scalar(v)]
+            head["records"] = _split_off(records, keys, where + "/records", arrays, dtype)
             methods[name] = head
-        doc = {**self.to_dict(), "schema": COMPACT_SCHEMA, "network": network, "data": data}
-        doc["methods"] = to_jsonable(methods)
+        doc = {
+            "schema": COMPACT_SCHEMA,
+            "config": self.config.to_dict(),
+            "network": network,
+            "data": data,
+            "methods": methods,
+            "environment": self.environment,
+            "timings": self.timings,
+        }
         return to_jsonable(doc), arrays
 
     @classmethod
@@ -372,9 +380,10 @@ def append_round(entry: dict[str, Any], row: dict[str, Any]) -> None:
     stats = entry.setdefault("client_accuracy_stats", {k: [] for k in STATS})
     for k, v in accuracy_stats(row["client_accuracy"]).items():
         stats[k].append(v[0])
-    recorded = is_recorded(entry, row.get("round", len(entry["target_accuracy"])))
+    round_ = int(row.get("round", len(entry["target_accuracy"])))
+    recorded = is_recorded(entry, round_)
     if recorded:
-        entry.setdefault("recorded_rounds", []).append(len(entry["target_accuracy"]))
+        entry.setdefault("recorded_rounds", []).append(round_)
         for key in PER_SLOT:
             entry[key].append(row[key])
     for k, v in row["records"].items():
