@@ -37,6 +37,8 @@ INT_FIELDS = {
     "data_seed": (0, SEED_MAX),
     "topology_seed": (0, SEED_MAX),
     "min_samples": (1, INT32_MAX),
+    "max_samples_per_client": (20, INT32_MAX),  # >= the default min_samples
+    "record_every": (1, 30),  # <= the default rounds
 }
 # field -> (low, high, low_inclusive, high_inclusive) of the float fields
 FLOAT_FIELDS = {
@@ -47,11 +49,20 @@ FLOAT_FIELDS = {
     "gamma_th": (0.0, math.inf, False, False),
     "eps": (0.0, 1.0, False, False),
 }
-CHOICE_FIELDS = ("partition", "model", "mode", "moments", "interference_tail", "link_model")
+CHOICE_FIELDS = (
+    "partition",
+    "model",
+    "mode",
+    "moments",
+    "interference_tail",
+    "link_model",
+    "record_dtype",
+)
 # candidates / interference_cutoff need mode="network", link_failure link_model="bernoulli":
 # on their own only None passes
 OPTIONAL = (
     "local_steps",
+    "max_samples_per_client",
     "data_seed",
     "dataset",
     "data_dir",
