@@ -38,6 +38,9 @@ INT_FIELDS = {
     "topology_seed": (0, SEED_MAX),
     "min_samples": (1, INT32_MAX),
     "classes_per_client": (1, INT32_MAX),
+    "max_samples_per_client": (20, INT32_MAX),  # >= the default min_samples
+    "record_every": (1, 30),  # <= the default rounds
+    "reselect_every": (0, INT32_MAX),
 }
 # field -> (low, high, low_inclusive, high_inclusive) of the float fields
 FLOAT_FIELDS = {
@@ -48,12 +51,25 @@ FLOAT_FIELDS = {
     "gamma_th": (0.0, math.inf, False, False),
     "eps": (0.0, 1.0, False, False),
     "val_fraction": (0.0, 1.0, True, False),
+    "speed": (0.0, math.inf, True, False),
+    "round_seconds": (0.0, math.inf, False, False),
 }
-CHOICE_FIELDS = ("partition", "model", "mode", "moments", "interference_tail", "link_model", "pool")
+CHOICE_FIELDS = (
+    "partition",
+    "model",
+    "mode",
+    "moments",
+    "interference_tail",
+    "link_model",
+    "pool",
+    "record_dtype",
+    "mobility",
+)
 # candidates / interference_cutoff need mode="network", link_failure link_model="bernoulli":
 # on their own only None passes
 OPTIONAL = (
     "local_steps",
+    "max_samples_per_client",
     "data_seed",
     "dataset",
     "data_dir",
@@ -335,7 +351,7 @@ def _assert_stored_normalised(field: str, given_value, stored) -> None:
         assert stored == "random" or (type(stored) is int and stored == given_value)
     elif field == "node_density":  # optional float
         assert type(stored) is float and 0 < stored < math.inf and stored == float(given_value)
-    elif field == "selection":
+    elif field in ("selection", "stale"):
         assert type(stored) is bool and stored == given_value
     elif field == "algorithms":
         assert type(stored) is tuple and all(a in available_algorithms() for a in stored)

@@ -53,13 +53,14 @@ TABLE_HELP = "a TOML entry such as %s; repeat the flag for more (merged into --c
 TABLE_EXAMPLES = {"hparams": "fedprox.mu=0.1", "channel": "num_subchannels=20"}
 
 RESULTS = "results.json"
+ARRAYS = "results.npz"  # per-client arrays of a network-mode result (`Result.save`)
 CURVE = "learning_curve.png"
 PI_PLOT = "pi_history.png"
 TABLE = "table.txt"
 CASES = "cases.json"
 CHECKPOINT = "checkpoint"  # a directory (pfedwn_jax.experiment.checkpoint)
 # every file `pfedwn run` writes into an output directory (the checkpoint has its own rules)
-OUTPUTS = (RESULTS, CURVE, PI_PLOT, TABLE, CASES)
+OUTPUTS = (RESULTS, ARRAYS, CURVE, PI_PLOT, TABLE, CASES)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -306,7 +307,7 @@ def _run_one(
     result.save(out / RESULTS)
     if checkpoint is not None:
         ckpt.remove(checkpoint)
-    written = [out / RESULTS]
+    written = [out / RESULTS, *([out / ARRAYS] if result.compact else [])]
     if not args.no_plot:
         png = plot_learning_curves(result, out / CURVE)
         if png is None:

@@ -25,7 +25,7 @@ from pfedwn_jax._checks import (
 )
 from pfedwn_jax.algorithms import available_algorithms, get_algorithm, make_hparams
 from pfedwn_jax.data.federate import POOLS
-from pfedwn_jax.data.partition import SCHEMES
+from pfedwn_jax.data.partition import ALL_SCHEMES
 from pfedwn_jax.models import available_models
 from pfedwn_jax.wireless import LINK_MODELS, MOMENT_MODES, ChannelParams
 
@@ -37,6 +37,7 @@ MAX_SPARSE_NODES = 1_000_000
 TAILS = ("mean", "none")
 #: Node mobility during training (`wireless.mobility`).
 MOBILITY = ("none", "waypoint", "gaussian")
+RECORD_DTYPES = ("float32", "float16")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,8 +48,9 @@ class ExperimentConfig:
       dataset: dataset name for `pfedwn_jax.data.load_dataset` (None: the embedded MNIST
         default `DEFAULT_DATASET`).
       data_dir: directory for TFDS datasets (None: TFDS's default).
-      partition: partition scheme for `make_federated` ("paper" is the paper's non-IID,
-        unbalanced split).
+      partition: partition scheme for `make_federated`, one of "paper" (the paper's non-IID,
+        unbalanced split), "dirichlet", "pathological", "iid" or "natural" (one client per
+        writer of a naturally federated dataset, e.g. FEMNIST; needs writer ids).
       alpha: Dirichlet concentration for the Dirichlet-type schemes.
       train_frac: per-client train share (the paper: 0.75).
       data_seed: seed of the partition and of each client's train/test split (None: `seed`).
@@ -60,6 +62,8 @@ class ExperimentConfig:
       val_fraction: share of each client's training samples held out as a validation split,
         in [0, 1) (0: none, the default). The runner then records the validation accuracy per
         round (`records.val_acc [S]`, `records.target_val_acc`) for choosing hyperparameters.
+      max_samples_per_client: if set, a client with more samples keeps a random subset of
+        this many (changes the data; bounds the padded per-client arrays). None: all.
 
     Model and methods:
       model: "cnn", "resnet18", "mlp" or "logreg". Default "mlp" so the default run (the
@@ -102,6 +106,12 @@ class ExperimentConfig:
         mean field with `interference_tail="mean"`, or dropped with "none"); None: every node.
       interference_tail: "mean" or "none" (see `interference_cutoff`).
 
+    Records (docs/experiments.md "Records"):
+      record_every: keep the per-client rows (client accuracy and loss, pFedWN's pi, ...)
+        every this many rounds and at the last round; target accuracy and the client-accuracy
+        mean and quantiles are kept every round.
+      record_dtype: "float32" or "float16": floats in the `.npz` of a network-mode result.
+
     Links during training (docs/robustness.md):
       link_model: "ideal" (every selected neighbor's model arrives every round), "bernoulli"
         (each link fails independently every round with its P_err, or `link_failure`) or
@@ -133,6 +143,7 @@ class ExperimentConfig:
     pool: str = "union"
     classes_per_client: int | None = None
     val_fraction: float = 0.0
+    max_samples_per_client: int | None = None
     model: str = "mlp"
     algorithms: tuple[str, ...] = ()
     hparams: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
@@ -164,6 +175,8 @@ class ExperimentConfig:
     speed: float = 1.0
     round_seconds: float = 1.0
     reselect_every: int = 0
+    record_every: int = 1
+    record_dtype: str = "float32"
 
     def __post_init__(self) -> None:
         # store what was checked, normalised (2.0 -> 2, tuples, plain dicts), so equal configs
@@ -181,6 +194,7 @@ class ExperimentConfig:
         out.update(_check_methods(self.model, self.algorithms, self.hparams))
         out.update(_check_training(self))
         out.update(_check_network(self))
+        out.update(_check_records(self))
         return out
 
     @staticmethod
@@ -259,12 +273,13 @@ def _check_data(cfg: ExperimentConfig) -> dict[str, Any]:
     return {
         "dataset": _optional_str("dataset", cfg.dataset),
         "data_dir": _optional_str("data_dir", cfg.data_dir),
-        "partition": check_choice("partition", cfg.partition, SCHEMES),
+        "partition": check_choice("partition", cfg.partition, ALL_SCHEMES),
         "alpha": check_float("alpha", cfg.alpha, 0.0, low_inclusive=False),
         "train_frac": check_float(
             "train_frac", cfg.train_frac, 0.0, 1.0, low_inclusive=False, high_inclusive=False
         ),
         "data_seed": None if cfg.data_seed is None else check_seed("data_seed", cfg.data_seed),
+        "max_samples_per_client": _check_cap(cfg.max_samples_per_client, cfg.min_samples),
         **_check_partition_options(cfg),
     }
 
@@ -285,6 +300,28 @@ def _check_partition_options(cfg: ExperimentConfig) -> dict[str, Any]:
         "val_fraction": check_float(
             "val_fraction", cfg.val_fraction, 0.0, 1.0, high_inclusive=False
         ),
+    }
+
+
+def _check_cap(cap: Any, min_samples: Any) -> int | None:
+    """`max_samples_per_client`: None, or an int >= 2 and >= `min_samples` (when that is one)."""
+    if cap is None:
+        return None
+    cap = check_int("max_samples_per_client", cap, 2, INT32_MAX)
+    if isinstance(min_samples, int) and cap < min_samples:
+        raise ValueError(
+            f"max_samples_per_client={cap} is below min_samples={min_samples}: every client "
+            "must keep its minimum; raise it or lower min_samples"
+        )
+    return cap
+
+
+def _check_records(cfg: ExperimentConfig) -> dict[str, Any]:
+    """Checked record fields: `record_every` in [1, rounds], `record_dtype`."""
+    rounds = cfg.rounds if isinstance(cfg.rounds, int) and cfg.rounds >= 1 else INT32_MAX
+    return {
+        "record_every": check_int("record_every", cfg.record_every, 1, rounds),
+        "record_dtype": check_choice("record_dtype", cfg.record_dtype, RECORD_DTYPES),
     }
 
 

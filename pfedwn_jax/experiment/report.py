@@ -26,8 +26,17 @@ def describe_network(result: Result) -> str:
     if net["mode"] == "single":
         sel = net.get("selected_neighbors", [])
         return f"{head}; target client {net['target']} with {len(sel)} selected neighbor(s) {sel}"
-    links = int(np.sum(net["adjacency"])) - net["num_slots"]
-    return f"{head}; network-wide, {links} selected links (accuracy: mean over clients)"
+    return f"{head}; network-wide, {count_links(net)} selected links (accuracy: mean over clients)"
+
+
+def count_links(network: dict) -> int:
+    """Selected links of a network-mode `Result.network`: the real entries of its neighbor
+    lists but each slot's own (column 0), or, for files without lists, of the dense adjacency
+    but the diagonal."""
+    mask = network.get("slot_neighbor_mask")
+    if mask is not None:
+        return int(np.sum(np.asarray(mask, bool)[:, 1:]))
+    return int(np.sum(np.asarray(network["adjacency"], bool))) - int(network["num_slots"])
 
 
 def format_table(result: Result) -> str:
@@ -141,7 +150,7 @@ def pi_columns(result: Result, num_cols: int) -> np.ndarray:
 def pi_targets(result: Result, method: str = "pfedwn", max_targets: int = 4) -> list[int]:
     """Target slots whose pi row is nonzero at the end (at most `max_targets`)."""
     pi = result.records(method, "pi")  # [R, S, K]
-    is_target = np.asarray(result.network["is_target"], bool)
+    is_target = np.asarray(result.network.get("is_target", np.ones(pi.shape[1])), bool)
     return [i for i in range(pi.shape[1]) if is_target[i] and np.nansum(pi[-1, i]) > 0][
         :max_targets
     ]
@@ -168,7 +177,7 @@ def plot_pi_history(
     trace = result.records(method, "pi_trace")  # [R, em_steps + 2, S, K]
     clients = list(result.network.get("slot_client", range(pi.shape[1])))
     columns = pi_columns(result, pi.shape[2])
-    rounds = np.arange(1, pi.shape[0] + 1)
+    rounds = result.recorded_rounds(method)  # every round unless record_every > 1
     fig, axes = plt.subplots(
         len(targets), 2, figsize=(9.0, 2.8 * len(targets)), dpi=120, squeeze=False
     )
@@ -186,9 +195,9 @@ def plot_pi_history(
         ticks = [str(s) for s in steps]
         ticks[0], ticks[-1] = "prior", "final"
         row[0].set_xticks(steps, ticks, fontsize=7)
-        row[0].set_xlabel(f"EM step (estimate of round {first + 1})")
+        row[0].set_xlabel(f"EM step (estimate of round {rounds[first]})")
         row[1].set_xlabel("communication round")
-        row[1].set_xlim(0.5, len(rounds) + 0.5)
+        row[1].set_xlim(0.5, rounds[-1] + 0.5)
         row[1].xaxis.set_major_locator(plt.MaxNLocator(integer=True))
         for ax in row:
             ax.set_ylabel(f"pi (target {clients[i]})")

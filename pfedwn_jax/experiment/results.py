@@ -2,22 +2,44 @@
 
 The JSON layout is a stable schema documented in `docs/experiments.md`; tools read it.
 Accuracies are fractions in [0, 1]; non-finite numbers (a diverged loss) are stored as null.
+
+Two layouts on disk (`Result.save`):
+
+- `SCHEMA` (single mode, small S): everything inline in the JSON, lists of lists.
+- `COMPACT_SCHEMA` (network mode): the JSON keeps what does not grow with the network (config,
+  per-round target accuracy and loss, per-round mean and 10/50/90 % quantiles of client
+  accuracy, scalar records, timings); every per-slot array (`client_accuracy [R', S]`,
+  `client_loss`, records such as pFedWN's `pi [R', S, K]`, the neighbor lists, P_err,
+  positions, per-client sample counts) goes to an `.npz` beside it (`arrays_path`), floats as
+  `config.record_dtype`, rows every `config.record_every` rounds. The JSON names the `.npz`
+  and its SHA-256, so a stale or foreign archive is refused on load.
+
+In memory (`run()`'s `Result`, `to_dict`) both modes keep the inline layout.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import io
 import json
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from pfedwn_jax.experiment.config import ExperimentConfig
-from pfedwn_jax.io import atomic_write_json
+from pfedwn_jax.io import atomic_write_json, atomic_write_with
 
-SCHEMA = "pfedwn-results/1"
+SCHEMA = "pfedwn-results/1"  # every array inline
+COMPACT_SCHEMA = "pfedwn-results/2"  # summaries inline, per-slot arrays in the .npz
+SCHEMAS = (SCHEMA, COMPACT_SCHEMA)
+QUANTILES = (10, 50, 90)  # percent: the client-accuracy quantiles kept every round
+STATS = ("mean", *(f"q{q}" for q in QUANTILES))
+DATA_ARRAYS = ("train_counts", "test_counts")  # per-client entries of `Result.data`
+SEP = "/"  # npz key = path in the results dict: "methods/pfedwn/records/pi"
 
 
 def to_jsonable(value: Any) -> Any:
@@ -42,13 +64,16 @@ class Result:
     Attributes:
       config: the `ExperimentConfig` that produced it.
       network: the federation: mode, target, `slot_client [S]`, `is_target [S]`,
-        `adjacency [S][S]`, neighbors, their P_err, selection, positions.
+        `adjacency [S][S]` (small networks), neighbor lists, their P_err, selection, positions.
       data: dataset name, classes, per-client train/test sample counts.
       methods: `name -> dict` with `target_accuracy [R]`, `target_loss [R]`,
-        `client_accuracy [R][S]`, `client_loss [R][S]`, `records {key: [R][...]}`,
+        `client_accuracy [R'][S]`, `client_loss [R'][S]`, `records {key: [R'][...]}` (R' the
+        `recorded_rounds`, every round unless `config.record_every > 1`; records of one number
+        per round are kept every round), `client_accuracy_stats {mean, q10, q50, q90: [R]}`,
         `max_target_accuracy`, `final_target_accuracy`, `hparams`, `timings` and `diverged`
         (None, or `{"round", "slots", "clients"}`: the first diverged round, counted from 1;
-        a method stopped there has fewer than `config.rounds` rounds).
+        a method stopped there has fewer than `config.rounds` rounds). Loaded from a compact
+        file, the per-slot entries are NumPy arrays (`record_dtype`), not lists.
       environment: jax version, backend, devices.
       timings: `setup_s` (data + network), `total_s`.
     """
@@ -66,11 +91,31 @@ class Result:
         return _array(self.methods[method]["target_accuracy"])
 
     def client_accuracy(self, method: str) -> np.ndarray:
-        """`[rounds, S]` test accuracy of every slot after each round."""
+        """`[R', S]` test accuracy of every slot after each of the `recorded_rounds`."""
         return _array(self.methods[method]["client_accuracy"])
 
+    def recorded_rounds(self, method: str) -> np.ndarray:
+        """`[R']` rounds (from 1) of the rows of `client_accuracy` and per-slot records."""
+        entry = self.methods[method]
+        if "recorded_rounds" in entry:
+            return np.asarray(entry["recorded_rounds"], np.int64)
+        # written before `record_every`: every round has its row
+        rows = entry.get("client_accuracy")
+        if rows is None:  # no per-slot metrics: the records' rows
+            rows = max(entry.get("records", {}).values(), key=len, default=[])
+        return np.arange(1, len(rows) + 1)
+
+    def client_accuracy_stats(self, method: str) -> dict[str, np.ndarray]:
+        """`{"mean", "q10", "q50", "q90"} -> [rounds]` client accuracy over the slots, every
+        round (also with `record_every > 1`); computed from the rows for older files."""
+        entry = self.methods[method]
+        if "client_accuracy_stats" in entry:
+            return {k: _array(v) for k, v in entry["client_accuracy_stats"].items()}
+        return {k: _array(v) for k, v in accuracy_stats(self.client_accuracy(method)).items()}
+
     def records(self, method: str, key: str) -> np.ndarray:
-        """`[rounds, ...]` per-round record `key` of `method` (e.g. pFedWN's `pi`)."""
+        """`[R', ...]` record `key` of `method` (e.g. pFedWN's `pi`); `[rounds]` for a record
+        of one number per round."""
         return _array(self.methods[method]["records"][key])
 
     def summary(self) -> dict[str, dict[str, float]]:
@@ -80,8 +125,14 @@ class Result:
             for name, m in self.methods.items()
         }
 
+    @property
+    def compact(self) -> bool:
+        """Whether `save` writes the compact layout (network mode: every client a target)."""
+        return self.config.mode == "network"
+
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:
+        """The inline layout (`SCHEMA`): every array as nested lists."""
         return to_jsonable(
             {
                 "schema": SCHEMA,
@@ -94,11 +145,43 @@ class Result:
             }
         )
 
+    def to_compact(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """`(JSON dict, arrays)` of the compact layout (`COMPACT_SCHEMA`); the arrays' keys are
+        their paths in `to_dict()` (`"methods/pfedwn/records/pi"`), `"methods/NAME/rounds"`
+        the recorded rounds. The JSON's `arrays` entry is filled in by `save`."""
+        dtype = np.dtype(self.config.record_dtype)
+        arrays: dict[str, np.ndarray] = {}
+        network = dict(self.network)
+        if "slot_neighbors" in network:  # the lists say the same as the dense [S, S] view
+            network.pop("adjacency", None)
+        network = _split_off(network, list(network), "network", arrays, dtype)
+        data = _split_off(self.data, DATA_ARRAYS, "data", arrays, dtype)
+        methods = {}
+        for name, entry in self.methods.items():
+            where = SEP.join(("methods", name))
+            arrays[where + SEP + "rounds"] = self.recorded_rounds(name).astype(np.int32)
+            head = _split_off(entry, ("client_accuracy", "client_loss"), where, arrays, dtype)
+            head.pop("recorded_rounds", None)
+            records = entry.get("records", {})
+            keys = [k for k, v in records.items() if not _per_round_scalar(v)]
+            head["records"] = _split_off(records, keys, where + "/records", arrays, dtype)
+            methods[name] = head
+        doc = {
+            "schema": COMPACT_SCHEMA,
+            "config": self.config.to_dict(),
+            "network": network,
+            "data": data,
+            "methods": methods,
+            "environment": self.environment,
+            "timings": self.timings,
+        }
+        return to_jsonable(doc), arrays
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Result:
         schema = data.get("schema")
-        if schema != SCHEMA:
-            raise ValueError(f"results schema must be {SCHEMA!r}; got {schema!r}")
+        if schema not in SCHEMAS:
+            raise ValueError(f"results schema must be one of {list(SCHEMAS)}; got {schema!r}")
         return cls(
             config=ExperimentConfig.from_dict(data["config"]),
             network=data["network"],
@@ -109,26 +192,153 @@ class Result:
         )
 
     def save(self, path: str | Path) -> Path:
-        """Write the JSON atomically (temp file + rename); returns the path."""
+        """Write the JSON atomically (temp file + rename); returns the path.
+
+        Compact layout (`compact`): the `.npz` (`arrays_path(path)`) first, then the JSON that
+        names it and its SHA-256; the JSON is the commit point. The dense `adjacency` of a small
+        network is left out there (the neighbor lists `slot_neighbors` hold the same links).
+        """
         path = Path(path)
-        atomic_write_json(path, self.to_dict())
+        if not self.compact:
+            atomic_write_json(path, self.to_dict())
+            return path
+        doc, arrays = self.to_compact()
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        blob = buf.getvalue()
+        npz = arrays_path(path)
+        atomic_write_with(npz, lambda f: f.write(blob))
+        doc["arrays"] = {"file": npz.name, "sha256": hashlib.sha256(blob).hexdigest()}
+        atomic_write_json(path, doc)
         return path
 
     @classmethod
     def load(cls, path: str | Path) -> Result:
-        with Path(path).open() as f:
-            return cls.from_dict(json.load(f))
+        """Read a results JSON of either layout (a compact one with its `.npz`, whose arrays
+        are put back in place as NumPy arrays)."""
+        doc = _read_json(Path(path))
+        if doc.get("schema") == COMPACT_SCHEMA:
+            for key, value in load_arrays(path).items():
+                _put(doc, key.split(SEP), value)
+            for entry in doc["methods"].values():
+                entry["recorded_rounds"] = entry.pop("rounds")
+        return cls.from_dict(doc)
+
+
+def arrays_path(path: str | Path) -> Path:
+    """The `.npz` of a compact results JSON `path`: same name, suffix `.npz`."""
+    return Path(path).with_suffix(".npz")
+
+
+def load_arrays(path: str | Path) -> dict[str, np.ndarray]:
+    """The per-slot arrays of the compact results JSON `path`, keyed by their place in the
+    results (`"methods/pfedwn/client_accuracy"` `[R', S]`, `".../records/pi"` `[R', S, K]`,
+    `"methods/NAME/rounds"` `[R']`, `"network/positions"` ...).
+
+    Raises `ValueError` when `path` is not a compact results file, or its `.npz` is missing
+    or is not the one written with it (checksum).
+    """
+    path = Path(path)
+    doc = _read_json(path)
+    if doc.get("schema") != COMPACT_SCHEMA:
+        raise ValueError(
+            f"{str(path)!r} has schema {doc.get('schema')!r}: its arrays are inline in the JSON "
+            f"(Result.load reads them); only {COMPACT_SCHEMA!r} files have an .npz"
+        )
+    info = doc.get("arrays") or {}
+    npz = path.with_name(str(info.get("file", arrays_path(path).name)))
+    try:
+        blob = npz.read_bytes()
+    except OSError as e:
+        raise ValueError(
+            f"results {str(path)!r}: cannot read its arrays {str(npz)!r}: {e}"
+        ) from None
+    if hashlib.sha256(blob).hexdigest() != info.get("sha256"):
+        raise ValueError(
+            f"results {str(path)!r}: {str(npz)!r} is not the archive written with it "
+            "(SHA-256 differs: overwritten or damaged)"
+        )
+    with np.load(io.BytesIO(blob), allow_pickle=False) as f:
+        return {k: f[k] for k in f.files}
+
+
+def accuracy_stats(acc: np.ndarray) -> dict[str, list[float]]:
+    """`acc [R, S]` -> `{"mean", "q10", "q50", "q90"}: [R]` over the slots (NaN ignored)."""
+    acc = np.atleast_2d(np.asarray(acc, np.float64))
+    if acc.size == 0:
+        return {k: [] for k in STATS}
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a round with every slot NaN
+        quant = np.nanpercentile(acc, QUANTILES, axis=1)
+        mean = np.nanmean(acc, axis=1)
+    return {"mean": mean.tolist(), **{f"q{q}": quant[i].tolist() for i, q in enumerate(QUANTILES)}}
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    with path.open() as f:
+        doc = json.load(f)
+    if not isinstance(doc, dict):
+        raise ValueError(f"{str(path)!r} is not a results JSON (top level {type(doc).__name__})")
+    return doc
+
+
+def _split_off(
+    table: dict[str, Any], keys: Any, where: str, arrays: dict[str, np.ndarray], dtype: np.dtype
+) -> dict[str, Any]:
+    """`table` without its array-valued `keys`, which go to `arrays[where/key]` (compact)."""
+    out = dict(table)
+    for key in keys:
+        if key in table and isinstance(table[key], (list, tuple, np.ndarray)):
+            value = _compact_array(table[key], dtype)
+            if value is not None:
+                arrays[SEP.join((where, key))] = value
+                del out[key]
+    return out
+
+
+def _compact_array(value: Any, dtype: np.dtype) -> np.ndarray | None:
+    """`value` as a compact array: floats as `dtype`, integers as int32 where they fit,
+    bools as they are; None for a ragged value (kept inline)."""
+    try:
+        arr = np.asarray(value)
+        if arr.dtype == object:
+            arr = np.asarray(value, np.float64)  # None (JSON's NaN) -> NaN
+    except (ValueError, TypeError):
+        return None
+    if arr.dtype.kind == "f":
+        return arr.astype(dtype)
+    if arr.dtype.kind in "iu" and (arr.size == 0 or np.abs(arr).max() < 2**31):
+        return arr.astype(np.int32)
+    return arr if arr.dtype.kind in "biu" else None
+
+
+def _put(doc: dict[str, Any], keys: list[str], value: np.ndarray) -> None:
+    """`doc[k0][k1]...[kn] = value`, creating the tables on the way."""
+    for k in keys[:-1]:
+        doc = doc.setdefault(k, {})
+    doc[keys[-1]] = value
 
 
 # --------------------------------------------------------------------------- method entries
 PER_ROUND = ("target_accuracy", "target_loss", "client_accuracy", "client_loss")
+PER_SLOT = ("client_accuracy", "client_loss")  # with array records: only recorded rounds
+GROWING = (*PER_ROUND, "records", "client_accuracy_stats", "recorded_rounds")
 
 
-def new_entry(hp: Any) -> dict[str, Any]:
-    """An empty `Result.methods[name]` entry for hyperparameters `hp` (a dataclass)."""
+def new_entry(hp: Any, record_every: int = 1, rounds: int | None = None) -> dict[str, Any]:
+    """An empty `Result.methods[name]` entry for hyperparameters `hp` (a dataclass).
+
+    Per-slot rows (`client_accuracy`, `client_loss`, array records) are kept for rounds that
+    are multiples of `record_every` and for round `rounds` (the last); the target metrics,
+    scalar records and `client_accuracy_stats` for every round.
+    """
     return {
         "hparams": dataclasses.asdict(hp),
+        "record_every": int(record_every),
+        "record_last": None if rounds is None else int(rounds),
         **{key: [] for key in PER_ROUND},
+        "client_accuracy_stats": {k: [] for k in STATS},
+        "recorded_rounds": [],
         "records": {},
         "diverged": None,
         "timings": {"compile_s": 0.0, "round_s": []},
@@ -155,13 +365,30 @@ def round_row(
     }
 
 
+def is_recorded(entry: dict[str, Any], round_: int) -> bool:
+    """Whether `entry` keeps the per-slot rows of round `round_` (from 1)."""
+    every = entry.get("record_every", 1)
+    return round_ % every == 0 or round_ == entry.get("record_last")
+
+
 def append_round(entry: dict[str, Any], row: dict[str, Any]) -> None:
-    """Add one `round_row` to `entry` (in place)."""
+    """Add one `round_row` to `entry` (in place): target metrics, client-accuracy stats and
+    scalar records every round, per-slot rows on recorded rounds (`is_recorded`)."""
     entry["timings"]["round_s"].append(row["round_s"])
-    for key in PER_ROUND:
-        entry[key].append(row[key])
+    entry["target_accuracy"].append(row["target_accuracy"])
+    entry["target_loss"].append(row["target_loss"])
+    stats = entry.setdefault("client_accuracy_stats", {k: [] for k in STATS})
+    for k, v in accuracy_stats(row["client_accuracy"]).items():
+        stats[k].append(v[0])
+    round_ = int(row.get("round", len(entry["target_accuracy"])))
+    recorded = is_recorded(entry, round_)
+    if recorded:
+        entry.setdefault("recorded_rounds", []).append(round_)
+        for key in PER_SLOT:
+            entry[key].append(row[key])
     for k, v in row["records"].items():
-        entry["records"].setdefault(k, []).append(v)
+        if recorded or np.ndim(v) == 0:
+            entry["records"].setdefault(k, []).append(v)
 
 
 def finish_entry(entry: dict[str, Any]) -> None:
@@ -176,7 +403,7 @@ def finish_entry(entry: dict[str, Any]) -> None:
 
 def entry_header(entry: dict[str, Any]) -> dict[str, Any]:
     """`entry` without its per-round lists: its size does not grow with the rounds."""
-    head = {k: v for k, v in entry.items() if k not in (*PER_ROUND, "records")}
+    head = {k: v for k, v in entry.items() if k not in GROWING}
     head["timings"] = {k: v for k, v in entry["timings"].items() if k != "round_s"}
     return head
 
@@ -186,6 +413,8 @@ def rebuild_entry(header: dict[str, Any], rows: list[dict[str, Any]]) -> dict[st
     entry: dict[str, Any] = {
         "hparams": header["hparams"],
         **{key: [] for key in PER_ROUND},
+        "client_accuracy_stats": {k: [] for k in STATS},
+        "recorded_rounds": [],
         "records": {},
         "timings": {"round_s": []},
     }
@@ -194,6 +423,13 @@ def rebuild_entry(header: dict[str, Any], rows: list[dict[str, Any]]) -> dict[st
     for row in rows:
         append_round(entry, row)
     return entry
+
+
+def _per_round_scalar(values: Any) -> bool:
+    """Whether a record `[R]` holds one number per round (kept inline, every round)."""
+    if isinstance(values, np.ndarray):
+        return values.ndim <= 1
+    return all(v is None or np.ndim(v) == 0 for v in values)
 
 
 def _array(nested: Any) -> np.ndarray:

@@ -97,6 +97,7 @@ def load_data(config: ExperimentConfig) -> FederatedData:
             pool=config.pool,
             val_fraction=config.val_fraction,
             **class_options(config.partition, config.classes_per_client),
+            max_samples_per_client=config.max_samples_per_client,
         )
     except ValueError as e:
         raise ValueError(f"partition: {e}") from None
@@ -598,7 +599,7 @@ def run(
             exp,
             alg,
             hp,
-            resumed.entry if own else new_entry(hp),
+            resumed.entry if own else new_entry(hp, config.record_every, config.rounds),
             leaves=resumed.leaves if own else None,
             name=name,
             progress=progress,
