@@ -75,7 +75,7 @@ def pad_client_data(data: ClientData, clients: int, samples: int) -> ClientData:
 
 class Shapes:
     """The common shapes of a group: slots `S`, neighbor list width `K`, data clients `N`
-    (ghost included), samples of the train and test splits."""
+    (ghost included), samples of the train, test and validation splits (0: no validation)."""
 
     def __init__(self, exps: Sequence[Experiment]) -> None:
         self.slots = max(e.federation.num_slots for e in exps)
@@ -83,6 +83,7 @@ class Shapes:
         self.clients = max(e.data.train.num_clients for e in exps) + 1  # + the ghost
         self.train = max(e.data.train.max_samples for e in exps)
         self.test = max(e.data.test.max_samples for e in exps)
+        self.val = max(0 if e.data.val is None else e.data.val.max_samples for e in exps)
 
     @property
     def ghost(self) -> int:
@@ -103,8 +104,9 @@ def pad_lists(
     return out, out_mask
 
 
-def pad_context(exp: Experiment, shapes: Shapes) -> tuple[RoundContext, ClientData]:
-    """`(ctx, test)` of `exp` padded to `shapes` (see the module docstring); host arrays."""
+def pad_context(exp: Experiment, shapes: Shapes) -> tuple[RoundContext, tuple]:
+    """`(ctx, (test, val))` of `exp` padded to `shapes` (see the module docstring); host
+    arrays; `val` None without a validation split."""
     ctx, n = exp.ctx, shapes.slots
     neighbors, mask = pad_lists(
         np.asarray(ctx.neighbors), np.asarray(ctx.neighbor_mask), n, shapes.degree
@@ -122,7 +124,11 @@ def pad_context(exp: Experiment, shapes: Shapes) -> tuple[RoundContext, ClientDa
         links=None if ctx.links is None else pad_links(ctx.links, n, shapes.degree),
         shards=1,
     )
-    return padded, pad_client_data(exp.data.test, shapes.clients, shapes.test)
+    test = pad_client_data(exp.data.test, shapes.clients, shapes.test)
+    val = exp.data.val
+    if val is not None:
+        val = pad_client_data(val, shapes.clients, shapes.val)
+    return padded, (test, val)
 
 
 def pad_links(links: Any, slots: int, k: int) -> Any:

@@ -32,13 +32,17 @@ def default_mesh(devices: list | None = None) -> Mesh:
     return Mesh(np.array(devices).reshape(len(devices), 1), (RUNS, SLOTS))
 
 
-def _block(alg, hp, num_rounds, state, ctx, test, hvalues, round_root, start):
-    """One run: rounds `start ..` `start + num_rounds - 1`; returns `(state, metrics [K, ...])`."""
+def _block(alg, hp, num_rounds, state, ctx, evals, hvalues, round_root, start):
+    """One run: rounds `start ..` `start + num_rounds - 1`; returns `(state, metrics [K, ...])`.
+
+    `evals` is `(test, val)`; with a validation split the metrics add `val_accuracy [S]`."""
+    test, val = evals
 
     def body(state, r):
-        state, metrics, _ = _step(
-            alg, hp, state, jax.random.fold_in(round_root, r), ctx, test, hvalues
-        )
+        key = jax.random.fold_in(round_root, r)
+        state, metrics, records = _step(alg, hp, state, key, ctx, test, hvalues, val)
+        if val is not None:
+            metrics = {**metrics, "val_accuracy": records["val_acc"]}
         return state, metrics
 
     return jax.lax.scan(body, state, start + jnp.arange(num_rounds, dtype=jnp.int32))

@@ -280,11 +280,11 @@ class SweepResult:
             "starts": starts,
         }
 
-    def _per_run(self, window: int) -> dict[str, np.ndarray]:
-        """`_pairs()` plus, per pair, the `STATS` of its target accuracy over its rounds (NaN
+    def _per_run(self, window: int, metric: str = "target_accuracy") -> dict[str, np.ndarray]:
+        """`_pairs()` plus, per pair, the `STATS` of its `metric` over its rounds (NaN
         propagates) and whether it diverged."""
         pairs = self._pairs()
-        acc, diverged = self.rows["target_accuracy"], self.rows["diverged"]
+        acc, diverged = self.rows[metric], self.rows["diverged"]
         size = pairs["first"].size
         out = {**pairs, **{s: np.empty(size) for s in STATS}, "diverged": np.empty(size, bool)}
         for p in range(size):
@@ -308,8 +308,10 @@ class SweepResult:
             groups.append(({**head, "method": methods[rank]}, members))
         return groups
 
-    def summary(self, window: int = 5) -> list[dict[str, Any]]:
-        """Per grid point and method: statistics over its runs (seeds) of target accuracy.
+    def summary(self, window: int = 5, metric: str = "target_accuracy") -> list[dict[str, Any]]:
+        """Per grid point and method: statistics over its runs (seeds) of target accuracy (or
+        another per-round `metric`, e.g. "target_val_accuracy" to choose hyperparameters on a
+        validation split, `ExperimentConfig.val_fraction`).
 
         Each dict: the swept values, "method", "n" (runs), "n_diverged" (runs that diverged),
         and for each per-run statistic S in `STATS` ("final": last round; "last": mean of the
@@ -318,7 +320,8 @@ class SweepResult:
         NaN for n = 1). A run stopped early by divergence contributes its own last rounds.
         """
         window = check_int("window", window, 1)
-        per_run = self._per_run(window)
+        floats = [k for k, v in self.rows.items() if v.dtype.kind == "f" and k not in self.swept]
+        per_run = self._per_run(window, check_choice("metric", metric, floats))
         out = []
         for head, members in self._groups(per_run):
             entry = {**head, "n": int(members.size)}

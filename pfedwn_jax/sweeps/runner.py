@@ -267,18 +267,20 @@ class Table:
                 loss = np.asarray(metrics["loss"][r, j, :s], np.float64)
                 if not metrics["finite"][r, j, :s].all():
                     self.diverged.setdefault((run, name), rnd)
-                self.rows.append(
-                    {
-                        "run": run,
-                        **self.labels[run],
-                        "method": name,
-                        "round": rnd,
-                        "target_accuracy": float(acc[target].mean()),
-                        "target_loss": float(loss[target].mean()),
-                        "mean_client_accuracy": float(acc.mean()),
-                        "diverged": (run, name) in self.diverged,
-                    }
-                )
+                row = {
+                    "run": run,
+                    **self.labels[run],
+                    "method": name,
+                    "round": rnd,
+                    "target_accuracy": float(acc[target].mean()),
+                    "target_loss": float(loss[target].mean()),
+                    "mean_client_accuracy": float(acc.mean()),
+                    "diverged": (run, name) in self.diverged,
+                }
+                if "val_accuracy" in metrics:
+                    val = np.asarray(metrics["val_accuracy"][r, j, :s], np.float64)
+                    row["target_val_accuracy"] = float(val[target].mean())
+                self.rows.append(row)
 
     def columns(self) -> dict[str, np.ndarray]:
         """Columnar form, rows sorted by (run, method order, round)."""
