@@ -111,3 +111,21 @@ def test_bad_input_fails_before_any_work(kwargs, match):
     config = ExperimentConfig(**VARIED, algorithms=("local",))
     with pytest.raises(ValueError, match=match):
         sweep(config, progress=False, **kwargs)
+
+
+def test_validation_accuracy_equals_runs_and_ranks_the_grid():
+    """With a validation split, each run's per-round target validation accuracy equals
+    `run()`'s record, and `summary(metric=...)` ranks the grid on it."""
+    config = ExperimentConfig(**VARIED, algorithms=("local",), val_fraction=0.25)
+    grid = {"lr": [0.05, 0.5]}
+    result = sweep(config, seeds=[0], grid=grid, block=2, progress=False)
+    for spec in expand(config, [0], grid):
+        own = pfedwn_jax.run(run_config(config, spec), progress=False)
+        sel = result.rows["run"] == spec.index
+        want = np.asarray(own.records("local", "target_val_acc"))
+        np.testing.assert_allclose(result.rows["target_val_accuracy"][sel], want, atol=1e-6)
+    by_val = result.summary(metric="target_val_accuracy")
+    assert [e["lr"] for e in by_val] == [0.05, 0.5]
+    assert not np.allclose(
+        [e["final_mean"] for e in by_val], [e["final_mean"] for e in result.summary()]
+    )
