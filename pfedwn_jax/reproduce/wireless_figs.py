@@ -58,14 +58,12 @@ class WirelessPreset:
     """Sizes of the wireless/data figures.
 
     Attributes:
-      fig4_grid: probe positions per axis of the Fig. 4 background (saved field).
       fig5_draws: PPP realisations per (|F|, density, gamma_th) point (paper: 100).
       fig6_draws: placements per |G_n| (paper: 20).
       max_nodes: PPP padding of Fig. 5 (mean node count <= 18.75).
       dataset: Fig. 7's default dataset: a file in the shared data folder or a TFDS name.
     """
 
-    fig4_grid: int
     fig5_draws: int
     fig6_draws: int
     max_nodes: int
@@ -73,10 +71,13 @@ class WirelessPreset:
 
 
 PRESETS = {
-    "tiny": WirelessPreset(24, 2, 2, 48, "cifar10_1k_200.npz"),
-    "quick": WirelessPreset(120, 20, 20, 48, "cifar10_exact_subset.npz"),
-    "paper": WirelessPreset(200, 100, 20, 48, "cifar10"),
+    "tiny": WirelessPreset(2, 2, 48, "cifar10_1k_200.npz"),
+    "quick": WirelessPreset(20, 20, 48, "cifar10_exact_subset.npz"),
+    "paper": WirelessPreset(100, 20, 48, "cifar10"),
 }
+#: Probe positions per axis of the Fig. 4 background (`cli.neighbors.plot_heatmap`'s grid, so
+#: the saved field is the one plotted).
+FIG4_GRID = 120
 #: Used by "paper" for Fig. 7 where TFDS has no prepared CIFAR-10.
 FALLBACK_DATASET = "cifar10_exact_subset.npz"
 
@@ -146,7 +147,7 @@ def fig4(
     position, distance, P_err, selected), `fig4_field.npz` (the background `[case, y, x]`).
     """
     start = time.perf_counter()
-    out, p, base = _setup(out_dir, preset, base)
+    out, _, base = _setup(out_dir, preset, base)
     cases = paper_cases(base) if cases is None else cases
     params = channel_params(base)
     rows, fields, files = [], [], []
@@ -156,7 +157,7 @@ def fig4(
         perr = np.asarray(case.perr)
         for r in neighbor_rows(np.asarray(target), np.asarray(nbrs), perr, chosen):
             rows.append({"case": case.name, "gamma_th": case.gamma_th, **r})
-        axis, field = probe_field(target, nbrs, case.gamma_th, params, base.moments, p.fig4_grid)
+        axis, field = probe_field(target, nbrs, case.gamma_th, params, base.moments, FIG4_GRID)
         fields.append(field)
         png = out / f"fig4{chr(97 + i)}_{case.name.lower().replace(' ', '')}.png"
         files.append(
