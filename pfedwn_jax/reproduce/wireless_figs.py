@@ -5,25 +5,35 @@ Each `figN(out_dir, preset) -> dict` writes its files into `out_dir` and returns
 (tests), "quick" (seconds on a 2-core CPU), "paper" (the paper's draw counts; still seconds:
 these are wireless numerics and one partition). `base` = the runs' base `ExperimentConfig`
 (channel, eps, moments, dataset, partition, data seed); `cases` = `paper_cases(base)`.
+Wall time on the shared, loaded 2-core CPU, compilation included: case search 5 s; Fig. 4
+4-6 s, Fig. 5 8-12 s, Fig. 6 5 s, Fig. 7 1 s (quick) / 7 s (paper: TFDS probe + fallback).
 
+* Cases (`cases.paper_cases`, Table I, "paper" moments, eps 0.05): topology seed 13 is the
+  first of 0..63 whose target selects 4/3/2 at gamma_th 5/10/15 (26 of seeds 0..999 do):
+  neighbors 3, 4, 8, 9 / 4, 8, 9 / 4, 8; targets = data clients 0, 1, 2. Table III: seed 0,
+  3 of 20 (neighbors 3, 12, 15) at gamma_th 10. With "exact" moments the first joint seed
+  is 70; with "physical" moments no seed of 0..999 selects 4 at gamma_th 5 (mean 1.45).
 * Fig. 4 (paper: P_err heatmaps of Case 1-3, selected neighbors ringed): `fig4a_case1.png`..
   The paper's three targets sit at different places of one network; here the target is the
-  placement's centre node (what `run()` trains), so the three panels show the one topology
-  found by `paper_cases` (seed 13 for Table I: neighbors 3, 4, 8, 9 / 4, 8, 9 / 4, 8 at
-  gamma_th 5/10/15) with three different target data clients. The background is the P_err a
-  probe neighbor would have at each position (the placed neighbors interfering).
+  placement's centre node (what `run()` trains), so the three panels show one topology at
+  three gamma_th (nested selections, since P_err grows with gamma_th) with three different
+  target data clients. The background is the P_err a probe neighbor would have at each
+  position (the placed neighbors interfering); it saturates at e^{-2} = 0.135 (docs/wireless.md).
 * Fig. 5 (paper: mean selected count vs |F| 8-20 and PPP density 0.5e-3-7.5e-3 /m^2, one panel
   per gamma_th, eps 0.05, 100 draws): `scripts/neighbor_selection_sweeps.py`'s grid, 3-D
-  surfaces. As the paper: more with |F|, fewer with gamma_th, flat or falling with density.
+  surfaces. As the paper: more with |F| (gamma_th 5, density 5e-3: 3.5 / 4.1 / 4.6 at |F| 8 /
+  14 / 20), fewer with gamma_th (4.1 / 2.9 / 2.3 at |F| 14), flat beyond ~4e-3 /m^2.
 * Fig. 6 (paper: |M_n| vs |G_n| for several eps (a) and gamma_th at eps 0.05 (b), 20
   placements, "rounded"): the script's grid; CSV holds the mean and the rounded mean. The paper
-  does not list its eps values; we use 0.01, 0.03, 0.05, 0.1.
+  does not list its eps values; we use 0.01, 0.03, 0.05, 0.1. As the paper: rises, then stays
+  flat or falls past ~15 neighbors (gamma_th 5, eps 0.05: 3.6 of 5, 5.1 of 15, 4.2 of 30).
 * Fig. 7 (paper: CIFAR-10 class counts of each case's target and selected neighbors, full
-  CIFAR-10, 60,000 samples): `fig7_case1.png`.. from the partition the runs use
+  CIFAR-10, 60,000 samples): `fig7a_case1.png`.. from the partition the runs use
   (`runner.load_data`). quick/tiny use the real CIFAR-10 subsets in `../shared/data`
   (6,187 / 1,200 samples), so counts are ~10x / 50x smaller than the paper's; "paper" reads
-  full CIFAR-10 through TFDS and falls back to the subset (recorded as `fallback`) where TFDS
-  has no prepared copy. The partition is the paper's scheme (Dirichlet 0.1, U{1..C} classes).
+  full CIFAR-10 through TFDS and falls back to the subset (recorded as `fallback_dataset`)
+  where TFDS has no prepared copy. The partition is the paper's scheme (Dirichlet 0.1, U{1..C}
+  classes); pass the runs' `base` so the figure shows their data seed and dataset.
 """
 
 from __future__ import annotations
@@ -43,7 +53,7 @@ import numpy as np
 
 from pfedwn_jax._checks import check_choice
 from pfedwn_jax.cli.neighbors import neighbor_rows, plot_heatmap, probe_field
-from pfedwn_jax.data import DatasetUnavailableError, client_label_counts
+from pfedwn_jax.data import DatasetUnavailableError, client_label_counts, load_dataset
 from pfedwn_jax.data.plot import plot_label_heatmap
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.experiment.federation import channel_params
@@ -340,16 +350,18 @@ def _plot_fig6(out: Path, grid: dict[str, Any]) -> Path | None:
 
 # --------------------------------------------------------------------------- Fig. 7
 def _load_partition(base: ExperimentConfig, preset: str) -> tuple[np.ndarray, str | None]:
-    """`[clients, classes]` counts of the runs' partition (all splits) and the fallback used."""
+    """`[clients, classes]` counts of the runs' partition (all splits) and the fallback used
+    ("paper" without a prepared TFDS CIFAR-10: the shared CIFAR-10 subset)."""
     from pfedwn_jax.experiment.runner import load_data  # the runs' own partition path
 
-    try:
-        return client_label_counts(load_data(base), "all"), None
-    except DatasetUnavailableError:
-        if preset != "paper" or base.dataset != PRESETS["paper"].dataset:
-            raise
-        fallback = dataclasses.replace(base, dataset=_dataset_name(FALLBACK_DATASET))
-        return client_label_counts(load_data(fallback), "all"), fallback.dataset
+    fallback = None
+    if preset == "paper" and base.dataset == PRESETS["paper"].dataset:
+        try:
+            load_dataset(base.dataset, data_dir=base.data_dir)
+        except DatasetUnavailableError:
+            fallback = _dataset_name(FALLBACK_DATASET)
+            base = dataclasses.replace(base, dataset=fallback)
+    return client_label_counts(load_data(base), "all"), fallback
 
 
 def fig7(
@@ -396,6 +408,8 @@ def fig7(
         for c, r in enumerate(counts)
     ]
     files.append(_write_csv(out / "fig7_counts.csv", rows))
+    if fallback is not None:
+        data_cfg = dataclasses.replace(data_cfg, dataset=fallback)
     record = {
         "figure": "fig7",
         "preset": preset,
