@@ -1,0 +1,36 @@
+"""Reproduction of the paper's tables and figures (issue 13).
+
+`cases`: the target-client cases (Case 1-3, the 20-neighbor network); `wireless_figs`: Fig. 4-7
+(P_err heatmaps, selection sweeps, data distributions). The learning part (Table II/III,
+Fig. 1, 8, 9) lives in `learning`.
+"""
+
+from pfedwn_jax.reproduce.cases import PAPER_GAMMAS, PAPER_WANTED, Case, network20_case, paper_cases
+from pfedwn_jax.reproduce.wireless_figs import (
+    FIGURES,
+    PRESETS,
+    WirelessPreset,
+    fig4,
+    fig5,
+    fig6,
+    fig7,
+    preset_config,
+    shared_data_dir,
+)
+
+__all__ = [
+    "FIGURES",
+    "PAPER_GAMMAS",
+    "PAPER_WANTED",
+    "PRESETS",
+    "Case",
+    "WirelessPreset",
+    "fig4",
+    "fig5",
+    "fig6",
+    "fig7",
+    "network20_case",
+    "paper_cases",
+    "preset_config",
+    "shared_data_dir",
+]
