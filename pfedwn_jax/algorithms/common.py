@@ -203,7 +203,7 @@ def neighbor_models(params: Any, ctx: RoundContext) -> tuple[Any, jax.Array]:
     was sent, to cache what arrived. Every algorithm reads its neighbors' models through
     this (``mix_sparse(pool, index, weights)``, ``neighbor_distances``), once per round.
     """
-    links = ctx.links
+    links = getattr(ctx, "links", None)
     if links is None or getattr(links, "cache", None) is None:
         return params, ctx.neighbors
     links.sink.sent.append(params)
