@@ -134,6 +134,7 @@ def test_undetached_attention_gradient_matches_numpy_finite_differences():
     assert np.linalg.norm(g_att - g_det) > 0.1 * np.linalg.norm(g_det)
 
 
+@pytest.mark.slow
 def test_rounds_with_auto_sigma_and_undetached_attention_run_and_differ():
     ctx = make_ctx(GROUP)
     local_state, _ = run("local", ctx, 1)  # distinct models

@@ -62,6 +62,7 @@ def test_every_scheme_of_the_data_package_is_accepted():
         ExperimentConfig(partition="writer")
 
 
+@pytest.mark.slow
 def test_natural_partition_gives_each_client_one_whole_writer(writers_npz):
     name, x, y, writer = writers_npz
     data = load_data(ExperimentConfig(dataset=name, partition="natural", num_neighbors=9))

@@ -70,6 +70,7 @@ def _flat(tree):
     return np.asarray(ravel_pytree(tree)[0], np.float64)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("split", [False, True])
 def test_hf_approaches_the_exact_hessian_update_as_delta_shrinks(split):
     """Central differences: error O(delta^2), so 10x smaller delta gives ~100x smaller error

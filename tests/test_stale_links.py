@@ -54,6 +54,7 @@ def test_neighbor_distances_over_a_stale_pool():
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_link_that_never_delivered_stays_dropped():
     """Every link fails from round 0: no copy exists, so pFedWN and FedAvg are Local."""
     methods = ("local", "fedavg", "pfedwn")
