@@ -79,6 +79,24 @@ def interrupted_then_resumed(ckpt: Path) -> Any:
     return run(config(), progress=False, shards=4, checkpoint=ckpt, resume=True)
 
 
+def check_split() -> str:
+    """Assert that `shards=4` splits the 8 slots of a method's state over both processes (this
+    process holds 2 slots on each of its 2 devices, the rest lives on the other's); a line."""
+    import jax
+
+    from pfedwn_jax.algorithms import get_algorithm
+    from pfedwn_jax.experiment import runner
+
+    cfg = config()
+    exp = runner.setup(cfg, 4)
+    state = runner.init_state(exp, get_algorithm("fedavg"), cfg.hparams_for("fedavg"))
+    split = [a for a in jax.tree.leaves(state) if a.shape[:1] == (8,)]
+    assert split and all(not a.is_fully_addressable for a in split)
+    rows = sorted({len(s.data) for a in split for s in a.addressable_shards})
+    assert rows == [2], rows
+    return f"{len(split)} state arrays split, 2 slots per local device"
+
+
 def main(port: int, process_id: int, num_processes: int, ckpt: str, out: str) -> None:
     import jax
 
@@ -86,6 +104,7 @@ def main(port: int, process_id: int, num_processes: int, ckpt: str, out: str) ->
 
     distributed.initialize(f"localhost:{port}", num_processes, process_id)
     print(f"process {process_id}: devices {len(jax.devices())} local {jax.local_device_count()}")
+    print(f"process {process_id}: {check_split()}")
     full = run(config(), progress=False, shards=4, checkpoint=Path(ckpt) / "full")
     resumed = interrupted_then_resumed(Path(ckpt) / "resumed")
     arrays = {f"full/{k}": v for k, v in numbers(full).items()}
