@@ -51,16 +51,20 @@ def test_placement_helpers_one_process():
 
 
 def test_resolve_shards_over_processes(monkeypatch):
-    """One process: as before. Two processes (process count patched): every process gets at
-    least one device and the count is a multiple of 2; an odd explicit count is refused."""
+    """One process: as before. Two processes (process count patched): a split gives every
+    process at least one device and the count is a multiple of 2 (an odd explicit count above
+    1 is refused); 1 stays 1."""
     assert resolve_shards(None, 8) == 2 and resolve_shards(None, 4) == 1
     assert resolve_shards(1, 8) == 1 and resolve_shards(2, 1) == 1
     monkeypatch.setattr(jax, "process_count", lambda: 2)
-    assert resolve_shards(None, 8) == 2
+    monkeypatch.setattr(jax, "device_count", lambda: 4)  # 2 processes x 2 devices
+    assert resolve_shards(None, 8) == 2 and resolve_shards(None, 16) == 4
+    assert resolve_shards(4, 8) == 4 and resolve_shards(4, 3) == 2  # 3 slots: 2 devices
     assert resolve_shards(None, 4) == 2  # 1 device by the slot rule, but both processes join
     assert resolve_shards(2, 1) == 2  # one slot: padded, both processes still take part
-    with pytest.raises(ValueError, match=r"shards=1 does not split over the 2 processes"):
-        resolve_shards(1, 8)
+    assert resolve_shards(1, 8) == 1  # every process alone on its first device (sweeps)
+    with pytest.raises(ValueError, match=r"shards=3 does not split over the 2 processes"):
+        resolve_shards(3, 8)
 
 
 # --------------------------------------------------------------------------- two processes

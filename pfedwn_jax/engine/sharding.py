@@ -38,9 +38,11 @@ def resolve_shards(shards: int | None, num_slots: int) -> int:
 
     `shards=None`: as many devices of the default backend as give each at least
     `MIN_SLOTS_PER_SHARD` slots (1, i.e. no splitting, on one device or for few slots).
-    An explicit `shards` is capped at the number of slots. Several processes: every process
-    must take part, so the count is a multiple of the process count (None: rounded down to
-    one, at least one device per process; explicit: a `ValueError` otherwise).
+    An explicit `shards` is capped at the number of slots. Several processes: a split must
+    give every process the same number of devices, so the count is a multiple of the process
+    count (None: rounded down to one, at least one device per process; an explicit count
+    above 1: a `ValueError` otherwise). `shards=1` stays 1: each process runs every slot on
+    its own first device (a sweep, which places the runs itself, asks for that).
     """
     num_slots = check_int("num_slots", num_slots, 1)
     available, procs = jax.device_count(), jax.process_count()
@@ -52,6 +54,8 @@ def resolve_shards(shards: int | None, num_slots: int) -> int:
             f"shards={shards} exceeds the {available} {jax.default_backend()} device(s); "
             f"allowed: 1..{available} (on a CPU, call pfedwn_jax.use_cpu_devices() first)"
         )
+    if shards == 1:
+        return 1
     if shards % procs:
         raise ValueError(
             f"shards={shards} does not split over the {procs} processes; allowed: a multiple "
@@ -88,8 +92,8 @@ def slot_mesh(shards: int) -> Mesh:
     over several processes, the first `shards / process_count` devices of each, in process
     order (each process holds one contiguous block of slots)."""
     procs = jax.process_count()
-    if procs == 1:
-        return Mesh(np.asarray(jax.devices()[:shards]), (SLOT_AXIS,))
+    if procs == 1 or shards == 1:
+        return Mesh(np.asarray(jax.local_devices()[:shards]), (SLOT_AXIS,))
     by_process = [[d for d in jax.devices() if d.process_index == p] for p in range(procs)]
     devices = [d for local in by_process for d in local[: shards // procs]]
     return Mesh(np.asarray(devices), (SLOT_AXIS,))
