@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import dataclasses
 import inspect
+import os
 import re
 import sys
 import tomllib
@@ -29,6 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from pfedwn_jax.distributed import is_writer
 from pfedwn_jax.experiment import (
     ExperimentConfig,
     Result,
@@ -304,6 +306,8 @@ def _run_one(
                 file=sys.stderr,
             )
         raise
+    if not is_writer():  # every process ran the same experiment; process 0 writes it
+        return result, []
     result.save(out / RESULTS)
     if checkpoint is not None:
         ckpt.remove(checkpoint)
@@ -337,11 +341,23 @@ def _case_dir(k: int, config: ExperimentConfig, several_cases: bool) -> str:
     return f"case{k + 1}_{safe}" if several_cases else safe
 
 
+def _join() -> None:
+    """Several hosts (`JAX_COORDINATOR_ADDRESS` set, as for `pfedwn sweep`): join the job, so
+    the slots of each run are split over every process's devices."""
+    if os.environ.get("JAX_COORDINATOR_ADDRESS"):
+        from pfedwn_jax import distributed
+
+        distributed.initialize()
+
+
 def main(args: argparse.Namespace) -> int:
+    _join()
     out: Path = check_writable_dir(args.out, "--out")
     configs = configs_from_args(args)
     if len(configs) == 1:
         result, written = _run_one(configs[0], out, args)
+        if not is_writer():
+            return 0
         print(format_table(result))
         print(f"total {result.timings['total_s']:.1f} s; wrote " + ", ".join(map(str, written)))
         return 0
@@ -352,10 +368,13 @@ def main(args: argparse.Namespace) -> int:
     for i, config in enumerate(configs):
         sub = out / _case_dir(i // num_datasets, config, several_cases)
         result, _ = _run_one(config, sub, args)
-        print(format_table(result), "\n")
+        if is_writer():
+            print(format_table(result), "\n")
         results.append(result)
         dirs.append(sub)
         total += result.timings["total_s"]
+    if not is_writer():
+        return 0
     labels = [
         (f"case {i // num_datasets + 1}: " if several_cases else "") + result.data["name"]
         for i, result in enumerate(results)

@@ -3,6 +3,11 @@
 On a CPU, XLA runs one client's batch-32 steps on one core; exposing every core as a JAX
 device (`pfedwn_jax.use_cpu_devices`) and giving each device a block of slots runs the cores in
 parallel. On several GPUs or TPU cores the same code spreads the clients over the chips.
+
+Several processes (`pfedwn_jax.distributed.initialize`, e.g. one per host): the slot mesh spans
+the devices of every process, each holding an equal block of them; `put_slots` / `replicate`
+copy each process's own rows from the same host value (`distributed.from_host`), and the
+gathers of neighbor models across blocks are collectives XLA inserts into the compiled round.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from pfedwn_jax import distributed
 from pfedwn_jax._checks import check_int, check_shape, check_tree_leading
 
 SLOT_AXIS = "slots"
@@ -32,19 +38,36 @@ def resolve_shards(shards: int | None, num_slots: int) -> int:
 
     `shards=None`: as many devices of the default backend as give each at least
     `MIN_SLOTS_PER_SHARD` slots (1, i.e. no splitting, on one device or for few slots).
-    An explicit `shards` is capped at the number of slots.
+    An explicit `shards` is capped at the number of slots. Several processes: a split must
+    give every process the same number of devices, so the count is a multiple of the process
+    count (None: rounded down to one, at least one device per process; an explicit count
+    above 1: a `ValueError` otherwise). `shards=1` stays 1: each process runs every slot on
+    its own first device (a sweep, which places the runs itself, asks for that).
     """
     num_slots = check_int("num_slots", num_slots, 1)
-    available = jax.device_count()
+    available, procs = jax.device_count(), jax.process_count()
     if shards is None:
-        return max(1, min(available, num_slots // MIN_SLOTS_PER_SHARD))
+        return _whole_processes(max(1, min(available, num_slots // MIN_SLOTS_PER_SHARD)))
     shards = check_int("shards", shards, 1)
     if shards > available:
         raise ValueError(
             f"shards={shards} exceeds the {available} {jax.default_backend()} device(s); "
             f"allowed: 1..{available} (on a CPU, call pfedwn_jax.use_cpu_devices() first)"
         )
-    return min(shards, num_slots)
+    if shards == 1:
+        return 1
+    if shards % procs:
+        raise ValueError(
+            f"shards={shards} does not split over the {procs} processes; allowed: a multiple "
+            f"of {procs} up to {available}"
+        )
+    return _whole_processes(min(shards, num_slots))
+
+
+def _whole_processes(shards: int) -> int:
+    """`shards` rounded down to a multiple of the process count, at least one per process."""
+    procs = jax.process_count()
+    return max(procs, shards - shards % procs)
 
 
 def check_placement(name: str, tree: Any, shards: int) -> None:
@@ -65,8 +88,26 @@ def check_placement(name: str, tree: Any, shards: int) -> None:
 
 
 def slot_mesh(shards: int) -> Mesh:
-    """A one-axis mesh (`"slots"`) over the first `shards` devices of the default backend."""
-    return Mesh(np.asarray(jax.devices()[:shards]), (SLOT_AXIS,))
+    """A one-axis mesh (`"slots"`) over the first `shards` devices of the default backend;
+    over several processes, the first `shards / process_count` devices of each, in process
+    order (each process holds one contiguous block of slots)."""
+    procs = jax.process_count()
+    if procs == 1 or shards == 1:
+        return Mesh(np.asarray(jax.local_devices()[:shards]), (SLOT_AXIS,))
+    by_process = [[d for d in jax.devices() if d.process_index == p] for p in range(procs)]
+    devices = [d for local in by_process for d in local[: shards // procs]]
+    return Mesh(np.asarray(devices), (SLOT_AXIS,))
+
+
+def _place(leaf: Any, sharding: NamedSharding) -> jax.Array:
+    """`leaf` on `sharding`. Over several processes a host value (the same in every process)
+    is copied to this process's devices only (`distributed.from_host`, no communication); an
+    array already spread over processes is resharded on the devices (a collective)."""
+    if sharding.is_fully_addressable:
+        return jax.device_put(leaf, sharding)
+    if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
+        return jax.device_put(leaf, sharding)
+    return distributed.from_host(leaf, sharding)
 
 
 # Up to this many slots (single-target groups), `shard_slots` reorders the slots so the blocks
@@ -149,7 +190,7 @@ def put_slots(tree: Any, num_slots: int, shards: int | None = None) -> Any:
         return tree
     mesh = slot_mesh(shards)
     return jax.tree.map(
-        lambda a: jax.device_put(a, NamedSharding(mesh, _slot_spec(a, num_slots, shards))), tree
+        lambda a: _place(a, NamedSharding(mesh, _slot_spec(a, num_slots, shards))), tree
     )
 
 
@@ -159,7 +200,7 @@ def replicate(tree: Any, num_slots: int, shards: int | None = None) -> Any:
     if shards == 1:
         return tree
     sharding = NamedSharding(slot_mesh(shards), P())
-    return jax.tree.map(lambda a: jax.device_put(a, sharding), tree)
+    return jax.tree.map(lambda a: _place(a, sharding), tree)
 
 
 def constrain_slots(tree: Any, num_slots: int, shards: int | None = None) -> Any:

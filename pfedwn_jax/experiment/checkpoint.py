@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from pfedwn_jax.distributed import gather_to_host, is_writer
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.experiment.results import entry_header, rebuild_entry, to_jsonable
 from pfedwn_jax.io import atomic_write_with
@@ -79,14 +80,18 @@ def save(
     """Append `rows` to `metrics.jsonl`, then replace `state.npz` (progress + state leaves).
 
     Returns the bytes written: the rows plus one state file, independent of the round count.
+    Several processes: every process calls it (the state's slots are gathered from all of
+    them, a collective); only the writer (`distributed.is_writer`) writes, the others return 0.
     """
+    leaves = gather_to_host(jax.tree_util.tree_leaves(state)) if state is not None else []
+    if not is_writer():
+        return 0
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     written = append_rows(directory / METRICS, rows)
     arrays = {"progress": np.array(json.dumps(progress))}
-    if state is not None:
-        for i, leaf in enumerate(jax.tree_util.tree_leaves(state)):
-            arrays[f"leaf_{i:05d}"] = np.asarray(leaf)
+    for i, leaf in enumerate(leaves):
+        arrays[f"leaf_{i:05d}"] = leaf
     atomic_write_with(directory / STATE, lambda f: np.savez(f, **arrays))
     return written + (directory / STATE).stat().st_size
 
@@ -108,10 +113,13 @@ def append_rows(path: Path, rows: Iterable[dict[str, Any]]) -> int:
 
 
 def remove(directory: str | Path) -> None:
-    """Delete a checkpoint's files, then the directory if that leaves it empty."""
+    """Delete a checkpoint's files, then the directory if that leaves it empty (in the writer
+    process only, `distributed.is_writer`)."""
     directory = Path(directory)
     if directory.is_file():
         raise corrupt(directory, "is a file, not a checkpoint directory")
+    if not is_writer():
+        return
     for name in (STATE, METRICS):
         with contextlib.suppress(FileNotFoundError):
             (directory / name).unlink()

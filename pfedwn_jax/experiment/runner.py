@@ -51,6 +51,7 @@ from pfedwn_jax.algorithms import (
 )
 from pfedwn_jax.data import DEFAULT_DATASET, ClientData, FederatedData, load_dataset, make_federated
 from pfedwn_jax.data.federate import class_options
+from pfedwn_jax.distributed import gather_to_host
 from pfedwn_jax.engine import constrain_slots, evaluate, put_slots, replicate, resolve_shards
 from pfedwn_jax.experiment import checkpoint as ckpt
 from pfedwn_jax.experiment.checkpoint import Resume, read_resume, restore_state, run_progress
@@ -203,8 +204,8 @@ def setup(config: ExperimentConfig, shards: int | None = None) -> Experiment:
     test, val = jax.tree_util.tree_map(jnp.asarray, (data.test, data.val))
     # Several devices (CPU cores via `use_cpu_devices`, GPUs): slots split, the rest replicated.
     ctx = ctx.replace(shards=resolve_shards(shards, ctx.num_slots))
-    ctx, test, val = replicate((ctx, test, val), ctx.num_slots, ctx.shards)
-    init_key, round_root = round_keys(config.seed)
+    placed = replicate((ctx, test, val, *round_keys(config.seed)), ctx.num_slots, ctx.shards)
+    ctx, test, val, init_key, round_root = placed
     return Experiment(config, data, fed, ctx, test, init_key, round_root, val)
 
 
@@ -331,12 +332,13 @@ class Fetched(NamedTuple):
 
 
 def fetch_round(metrics: dict[str, jax.Array], records: dict[str, jax.Array]) -> Fetched:
-    """Device to host, the round's one synchronisation (waits for the round)."""
+    """Device to host, the round's one synchronisation (waits for the round). Slots split
+    over several processes are all-gathered (`gather_to_host`: every process calls it)."""
+    acc, loss, finite, records = gather_to_host(
+        (metrics["accuracy"], metrics["loss"], metrics["finite"], records)
+    )
     return Fetched(
-        np.asarray(metrics["accuracy"], np.float64),
-        np.asarray(metrics["loss"], np.float64),
-        np.asarray(metrics["finite"], bool),
-        {k: np.asarray(v) for k, v in records.items()},
+        np.asarray(acc, np.float64), np.asarray(loss, np.float64), np.asarray(finite, bool), records
     )
 
 
@@ -517,10 +519,11 @@ def assemble_result(
     such as pFedWN's `pi` (column k of row s is slot `slot_neighbors[s][k]`, data client
     `slot_client[slot_neighbors[s][k]]`; column 0 is the slot itself).
     """
+    neighbors, mask = gather_to_host((exp.ctx.neighbors, exp.ctx.neighbor_mask))
     network = {
         **exp.federation.to_dict(),
-        "slot_neighbors": np.asarray(exp.ctx.neighbors).tolist(),
-        "slot_neighbor_mask": np.asarray(exp.ctx.neighbor_mask).tolist(),
+        "slot_neighbors": neighbors.tolist(),
+        "slot_neighbor_mask": mask.tolist(),
     }
     if exp.config.mobility != "none":  # positions and lists per re-selection
         network["mobility"] = mobility_summary(methods)

@@ -1,0 +1,115 @@
+"""`pfedwn_jax.run` with its slot axis split over the devices of several processes.
+
+Quick (one process, the suite's 2 CPU devices): the placement helpers of `engine.sharding`
+still place as before, and the shard count a job of several processes resolves to. Slow: two
+real processes x 2 CPU devices (`tests/_two_process_run_worker.py`, the harness of
+`tests/test_distributed.py`) run one network-mode experiment with its 8 slots over all 4
+devices, through and interrupted-then-resumed, against the same run in this one process; and
+the compiled round of a split run gathers neighbor models with XLA collectives.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+
+import _two_process_run_worker as run_worker
+import jax
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+from test_distributed import run_two_processes
+
+from pfedwn_jax.engine import put_slots, replicate, resolve_shards
+from pfedwn_jax.engine.sharding import slot_mesh
+
+pytestmark = pytest.mark.skipif(jax.device_count() < 2, reason="needs two devices")
+
+
+# --------------------------------------------------------------------------- one process
+def test_placement_helpers_one_process():
+    """One process: `slot_mesh` is the first devices, `put_slots` splits `[S]` leaves (S a
+    multiple of the shards) and replicates the rest, `replicate` copies everything; values
+    unchanged, one shard a no-op."""
+    assert jax.process_count() == 1
+    mesh = slot_mesh(2)
+    assert mesh.devices.tolist() == jax.devices()[:2] and mesh.axis_names == ("slots",)
+    tree = {"w": np.arange(12.0, dtype=np.float32).reshape(4, 3), "b": np.arange(3.0)}
+    placed = put_slots(tree, 4, 2)
+    assert placed["w"].sharding == NamedSharding(mesh, P("slots"))
+    assert placed["b"].sharding == NamedSharding(mesh, P())
+    rows = [np.asarray(s.data)[:, 0].tolist() for s in placed["w"].addressable_shards]
+    assert rows == [[0.0, 3.0], [6.0, 9.0]]  # device 0 holds slots 0-1, device 1 slots 2-3
+    odd = put_slots({"w": np.zeros((3, 2))}, 3, 2)["w"]  # 3 slots: not a multiple
+    assert odd.sharding == NamedSharding(mesh, P())
+    for leaf in jax.tree.leaves(replicate(tree, 4, 2)):
+        assert leaf.sharding == NamedSharding(mesh, P()) and leaf.is_fully_replicated
+    for name, leaf in placed.items():
+        np.testing.assert_array_equal(np.asarray(leaf), tree[name])
+    assert put_slots(tree, 4, 1) is tree and replicate(tree, 4, 1) is tree
+
+
+def test_resolve_shards_over_processes(monkeypatch):
+    """One process: as before. Two processes (process count patched): a split gives every
+    process at least one device and the count is a multiple of 2 (an odd explicit count above
+    1 is refused); 1 stays 1."""
+    assert resolve_shards(None, 8) == 2 and resolve_shards(None, 4) == 1
+    assert resolve_shards(1, 8) == 1 and resolve_shards(2, 1) == 1
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    monkeypatch.setattr(jax, "device_count", lambda: 4)  # 2 processes x 2 devices
+    assert resolve_shards(None, 8) == 2 and resolve_shards(None, 16) == 4
+    assert resolve_shards(4, 8) == 4 and resolve_shards(4, 3) == 2  # 3 slots: 2 devices
+    assert resolve_shards(None, 4) == 2  # 1 device by the slot rule, but both processes join
+    assert resolve_shards(2, 1) == 2  # one slot: padded, both processes still take part
+    assert resolve_shards(1, 8) == 1  # every process alone on its first device (sweeps)
+    with pytest.raises(ValueError, match=r"shards=3 does not split over the 2 processes"):
+        resolve_shards(3, 8)
+
+
+# --------------------------------------------------------------------------- two processes
+@pytest.mark.slow
+def test_two_process_run_equals_one_process(tmp_path):
+    """FedAvg and pFedWN in network mode (8 nodes, logreg, 2 rounds), slots split over 2
+    processes x 2 devices, run through and stopped-then-resumed: in both processes the
+    metrics, records (pi) and neighbor lists of the same run on one device of this process;
+    the checkpoint is written once (process 0 only)."""
+    logs, elapsed = run_two_processes(
+        "_two_process_run_worker.py", [str(tmp_path / "ck"), str(tmp_path / "out")], 540
+    )
+    assert all("split, 2 slots per local device" in log for log in logs)  # `check_split`
+    want = run_worker.reference(shards=1)
+    assert "pfedwn/records/pi" in want and want["pfedwn/client_accuracy"].shape == (2, 8)
+    for pid in range(2):
+        got = dict(np.load(tmp_path / f"out{pid}.npz"))
+        for case in ("full", "resumed"):
+            assert sorted(k for k in got if k.startswith(case)) == sorted(
+                f"{case}/{k}" for k in want
+            )
+            for name, value in want.items():
+                err = f"process {pid}, {case}: {name}"
+                np.testing.assert_allclose(got[f"{case}/{name}"], value, atol=2e-6, err_msg=err)
+    for case in ("full", "resumed"):  # one line per method and round: only process 0 wrote
+        lines = (tmp_path / "ck" / case / "metrics.jsonl").read_text().splitlines()
+        assert len(lines) == 4, lines
+    print(f"two-process run test: {elapsed:.1f} s")
+
+
+@pytest.mark.slow
+def test_split_round_gathers_with_collectives():
+    """The compiled round of a run split over 2 devices moves neighbor models between the
+    blocks with XLA collectives (all-gather / collective-permute), not host copies; on one
+    device it has none."""
+    from pfedwn_jax.algorithms import get_algorithm
+    from pfedwn_jax.experiment import runner
+
+    config = run_worker.config()
+    alg, hp = get_algorithm("fedavg"), config.hparams_for("fedavg")
+    counts = {}
+    for shards in (1, 2):
+        exp = runner.setup(config, shards)
+        compiled, _ = runner.compile_round(exp, alg, hp, runner.init_state(exp, alg, hp))
+        ops = r"\b(all-gather|all-reduce|collective-permute|all-to-all|reduce-scatter)"
+        counts[shards] = collections.Counter(re.findall(ops, compiled.as_text()))
+    assert not counts[1], counts[1]
+    assert counts[2]["all-gather"] + counts[2]["collective-permute"] > 0, counts[2]
