@@ -85,7 +85,6 @@ def test_json_size_does_not_grow_with_the_slots(tmp_path):
     assert npz[200] > 3 * npz[50]
 
 
-@pytest.mark.slow
 def test_npz_arrays_equal_the_in_memory_metrics(runs, tmp_path):
     res = runs[200]
     path = res.save(tmp_path / "r.json")
