@@ -9,6 +9,7 @@ backends, i.e. before the first JAX computation of the process.
 from __future__ import annotations
 
 import os
+import re
 import warnings
 
 import jax
@@ -37,10 +38,8 @@ def use_cpu_devices(count: int | None = None) -> int:
     explicit = count is not None
     if count is not None:
         count = check_int("count", count, 1)
-    elif "JAX_NUM_CPU_DEVICES" in os.environ or "xla_force_host_platform_device_count" in (
-        os.environ.get("XLA_FLAGS", "")
-    ):
-        return len(jax.devices("cpu"))
+    elif (chosen := _user_cpu_devices()) is not None:
+        return chosen  # read, not queried: JAX must not start before a multi-process join
     else:
         count = usable_cores()
     try:
@@ -55,3 +54,15 @@ def use_cpu_devices(count: int | None = None) -> int:
             )
         return current
     return count
+
+
+def _user_cpu_devices() -> int | None:
+    """The CPU device count the user chose through `JAX_NUM_CPU_DEVICES` or `XLA_FLAGS`
+    (`--xla_force_host_platform_device_count=N`), without starting JAX; None if neither."""
+    text = os.environ.get("JAX_NUM_CPU_DEVICES", "").strip()
+    if text.isdigit():
+        return int(text)
+    match = re.search(
+        r"xla_force_host_platform_device_count=(\d+)", os.environ.get("XLA_FLAGS", "")
+    )
+    return int(match.group(1)) if match else None

@@ -199,3 +199,21 @@ def test_vmap_over_seeds_with_shards(model):
     one_dev, two_dev = (jax.jit(jax.vmap(lambda k, s=s: one(k, s)))(keys) for s in (1, 2))
     chex.assert_trees_all_equal(one_dev, two_dev)
     assert jax.tree.leaves(two_dev.params)[0].shape[:2] == (3, len(dc))
+
+
+@pytest.mark.parametrize(
+    ("env", "want"),
+    [
+        ({"JAX_NUM_CPU_DEVICES": "3"}, 3),
+        ({"XLA_FLAGS": "--foo=1 --xla_force_host_platform_device_count=5"}, 5),
+    ],
+)
+def test_a_user_chosen_device_count_is_read_not_queried(monkeypatch, env, want):
+    """The count chosen through the environment comes back without asking JAX (which would
+    start it, too early for a multi-process join)."""
+    monkeypatch.delenv("JAX_NUM_CPU_DEVICES", raising=False)
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(jax, "devices", lambda *a: pytest.fail("JAX was queried"))
+    assert use_cpu_devices() == want
