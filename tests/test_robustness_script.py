@@ -68,11 +68,14 @@ def test_plan_sets_each_axis_and_nothing_else():
 
 
 def test_plan_distinct_configs():
-    """Points with equal configs run once: eps without selection, the default point."""
+    """Points with equal configs run once: eps = 0.05 is the gamma = 5 point (both
+    selections), speed 0 the gamma = 5 point too."""
     preset = PRESETS["small"]
-    keys = {rb._key(p["config"]) for p in plan(preset, "gamma,eps")}
-    # gamma: 3 x 2 x 3 seeds = 18; eps with selection adds 0.02 and 0.15 (0.05 is gamma=5)
-    assert len(keys) == 18 + 2 * 3
+    points = plan(preset, "gamma,eps,speed")
+    keys = {rb._key(p["config"]) for p in points}
+    # gamma: 3 values x 2 x 3 seeds = 18; eps adds 0.02 and 0.15 (x 2 x 3); speed adds 5 only
+    assert len(points) == 18 + 18 + 12
+    assert len(keys) == 18 + 12 + 6
 
 
 def test_parse_axes_order_and_errors():
@@ -152,6 +155,8 @@ def _check_artifacts(out: Path, axes, methods, seeds) -> list[dict[str, str]]:
     doc = json.loads((out / "robustness.json").read_text())
     assert doc["schema"] == rb.SCHEMA and doc["meta"]["seeds"] == list(seeds)
     assert len(doc["runs"]) == len(rows)
+    loaded = rb.RobustnessResult.load(out / "robustness.json")
+    assert len(loaded.rows) == len(rows) and loaded.summary == doc["summary"]
     return rows
 
 

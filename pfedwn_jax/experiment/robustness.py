@@ -285,12 +285,21 @@ class RobustnessResult:
             "robustness.json": atomic_write_json(
                 out / "robustness.json",
                 {"schema": SCHEMA, "meta": self.meta, "summary": self.summary, "runs": self.rows},
+                indent=None,
             ),
         }
         png = plot(self.summary, out / "robustness.png", self.meta.get("title", ""))
         if png is not None:
             paths["robustness.png"] = png
         return paths
+
+    @classmethod
+    def load(cls, path: str | Path) -> RobustnessResult:
+        """The result saved in `robustness.json` at `path` (e.g. to re-plot it)."""
+        doc = json.loads(Path(path).read_text())
+        if doc.get("schema") != SCHEMA:
+            raise ValueError(f"{path}: schema {doc.get('schema')!r}; expected {SCHEMA!r}")
+        return cls(doc["runs"], doc["summary"], doc["meta"])
 
 
 def _csv(rows: list[dict[str, Any]]) -> str:
@@ -380,7 +389,7 @@ def _plot_line(
         return
     x = np.array([r["value"] for r in pts])
     span = (x.max() - x.min()) or 1.0
-    x = x + (i - (n - 1) / 2) * 0.008 * span + (0 if sel else 0.004 * span)
+    x = x + (i - (n - 1) / 2) * 0.012 * span + (0 if sel else 0.006 * span)
     mean = np.array([r["mean"] for r in pts]) * 100
     low = np.clip([r["ci_low"] for r in pts], 0, 1) * 100  # an accuracy's interval: [0, 1]
     high = np.clip([r["ci_high"] for r in pts], 0, 1) * 100
@@ -395,6 +404,7 @@ def _plot_line(
         ms=3,
         lw=1.2,
         capsize=2,
-        elinewidth=0.7,
+        elinewidth=0.6,
+        ecolor=(*color[:3], 0.35),
         label=f"{method}" + ("" if sel else " (no selection)"),
     )
