@@ -10,8 +10,10 @@ once per way of checkpointing, in one process:
 - `new/1`, `new/K`: `pfedwn_jax.experiment.checkpoint` (state replaced, the new rounds' metrics
   appended) every round and every K rounds.
 
-`checkpoint.save` is wrapped (timed; for `old` replaced by the old writer), so save seconds and
-bytes are exact; round seconds are the runner's `timings.round_s` (compute, without saves).
+`checkpoint.save` is wrapped (timed; for `old` replaced by the old writer), so save seconds are
+exact (for `new`, whose state goes to orbax asynchronously, the time until the host copy is
+taken, and the bytes are the metrics rows only; `bench_state_store.py` measures the per-round
+overhead side by side); round seconds are the runner's `timings.round_s` (compute, without saves).
 Overhead = save seconds / round seconds of the same run, so a busy machine slows both alike.
 Prints a table and writes JSON (--out).
 
@@ -43,7 +45,9 @@ NEW_SAVE = ckpt.save
 def old_saver(history: list[dict[str, Any]]):
     """The replaced format's save: the whole history so far plus the state in one `.npz`."""
 
-    def save(directory: Path, progress: dict, state: Any, rows: list[dict]) -> int:
+    def save(
+        directory: Path, progress: dict, state: Any, rows: list[dict] = (), writer: Any = None
+    ) -> int:
         history.extend(rows)
         path = Path(directory) / "checkpoint.npz"
         path.parent.mkdir(parents=True, exist_ok=True)
