@@ -157,6 +157,23 @@ def test_sharded_state_is_written_per_shard_and_restored_onto_the_template(tmp_p
         ckpt.restore_state(path, {"w": np.zeros((4, 5), np.float32), "b": b}, 1)
 
 
+def test_an_interrupted_save_leaves_the_previous_step(tmp_path):
+    """What a crash mid-save leaves (orbax's temporary directory, partly written) is not a
+    step: the checkpoint resumes from the previous one, and the next save goes on from it."""
+    cfg, path = _saved(tmp_path)
+    partial = path / "state" / "3.orbax-checkpoint-tmp-1234567"
+    (partial / "state").mkdir(parents=True)
+    (partial / "state" / "manifest.ocdbt").write_bytes(b"torn")
+    back = read_resume(path, cfg)
+    assert len(back.entry["target_accuracy"]) == 2 and ckpt.load(path).step == 2
+    with ckpt.writer(path) as writer:  # the same step again replaces it, the next follows
+        ckpt.save(path, {"rounds": {"local": 2}}, {"w": np.ones((2, 3), np.float32)}, [], writer)
+        w2 = ckpt.restore_state(path, {"w": np.zeros((2, 3), np.float32)}, 2)["w"]
+        np.testing.assert_array_equal(w2, np.ones((2, 3)))
+        ckpt.save(path, {"rounds": {"local": 3}}, None, [_row(3)], writer)
+    assert ckpt.load(path).step == 3
+
+
 def _meta(path):
     return path / "state" / "2" / "meta" / "metadata"
 
