@@ -9,7 +9,8 @@ orders, and a resumed run repeats an uninterrupted one exactly.
 
 Checkpoints (`checkpoint.py`): with `checkpoint=DIR`, every `checkpoint_every` rounds the
 new rounds' metrics are appended and the current method's full state is saved as an orbax
-step, each process writing its shards (asynchronously, constant cost per save); `resume=True` continues from it (the config must be the same).
+step, each process writing its shards (asynchronously, constant cost per save);
+`resume=True` continues from it (the config must be the same).
 Divergence (`divergence.py`): a round flags slots whose model or loss blew up; by default the
 method stops there (entry marked `diverged`) and the next one runs.
 
