@@ -143,9 +143,9 @@ def test_sharded_state_is_written_per_shard_and_restored_onto_the_template(tmp_p
     donate = jax.jit(lambda s: jax.tree.map(lambda x: x + 1, s), donate_argnums=0)
     with ckpt.writer(path) as writer:
         ckpt.save(path, progress, state, [], writer)
-        later = donate(state)  # the buffers saved are gone; the save has its host copy
+        later = donate(state)  # the saved buffers may be reused; the save has its host copy
         ckpt.save(path, {"rounds": {"local": 2}}, later, [], writer)
-    assert state["w"].is_deleted() and state_store.latest(path / "state") == 2
+    assert state_store.latest(path / "state") == 2
     template = jax.tree.map(jax.numpy.zeros_like, later)
     back = ckpt.restore_state(path, template, 1)
     np.testing.assert_array_equal(np.asarray(back["w"]), w)
