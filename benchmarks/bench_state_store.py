@@ -1,4 +1,11 @@
-"""Cost per save: `state_store` (orbax-checkpoint) against `experiment.checkpoint` (np.savez).
+"""Cost of checkpoints: a run's per-round overhead, and per save `state_store` (orbax) against
+the single `.npz` that `experiment.checkpoint` wrote before it moved to orbax.
+
+Per round (`--rounds`, default config, pfedwn): the wall seconds between successive rounds
+(`run`'s callback, which runs after the round's save) with no checkpoint, with
+`checkpoint_every=1` as `run` saves now (`async/1`: orbax, the save overlapping the next round)
+and with synchronous orbax saves (`sync/1`), the ways interleaved `--repeats` times in one
+process; the median over rounds 2.. of each run, then the median over the repeats.
 
 States measured (each saved `--saves` times per way, one fresh step each; median and min ms):
 
@@ -7,17 +14,20 @@ States measured (each saved `--saves` times per way, one fresh step each; median
 - `W MB`: a `[runs, slots, ...]` float32 state of about W MB (`--sizes`), placed over every
   device with `distributed.shard_runs`, as a sweep would hold it.
 
-Ways: `npz` = `checkpoint.save(dir, progress, state)` (gathers to the host, one atomic file);
-`orbax` = `state_store.save(dir, step, state, progress)` (every shard written by its device's
-host, temporary directory renamed, the latest 2 steps kept). Also the restore of each.
+Ways: `npz` = the earlier `checkpoint.save` (gathers to the host, one atomic `.npz`; kept here
+as `npz_save`); `orbax` = `state_store.save(dir, step, state, progress)` (every shard written by
+its device's host, temporary directory renamed, the latest 2 steps kept). Also the restore of
+each.
 
-    python benchmarks/bench_state_store.py [--saves 20] [--sizes 4,40] [--out ...]
+    python benchmarks/bench_state_store.py [--saves 20] [--sizes 4,40] [--rounds 20] [--out ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import platform
 import statistics
 import tempfile
@@ -32,7 +42,7 @@ from pfedwn_jax import distributed, state_store
 from pfedwn_jax.devices import use_cpu_devices
 from pfedwn_jax.experiment import ExperimentConfig, run
 from pfedwn_jax.experiment import checkpoint as ckpt
-from pfedwn_jax.io import atomic_write_json
+from pfedwn_jax.io import atomic_write_json, atomic_write_with
 
 
 def run_state() -> tuple[Any, dict[str, Any], float]:
@@ -41,11 +51,11 @@ def run_state() -> tuple[Any, dict[str, Any], float]:
     captured: dict[str, Any] = {}
     real = ckpt.save
 
-    def capture(directory: Any, progress: dict, state: Any, rows: Any = ()) -> int:
+    def capture(directory: Any, progress: dict, state: Any, rows: Any = (), w: Any = None) -> int:
         if state is not None:
             # the runner donates the state to the next round: keep a copy (same sharding)
             captured.update(state=jax.tree.map(lambda x: x.copy(), state), progress=progress)
-        return real(directory, progress, state, rows)
+        return real(directory, progress, state, rows, w)
 
     ckpt.save = capture
     try:
@@ -56,6 +66,64 @@ def run_state() -> tuple[Any, dict[str, Any], float]:
         ckpt.save = real
     round_s = statistics.median(res.methods["pfedwn"]["timings"]["round_s"][1:])
     return captured["state"], captured["progress"], round_s
+
+
+def round_gaps(way: str, rounds: int, workdir: Path) -> float:
+    """Median wall seconds between successive rounds (2..) of a default pfedwn run checkpointed
+    the `way` given (`none`, `async/K`, `sync/K`)."""
+    stamps: list[float] = []
+    kind, _, every = way.partition("/")
+    directory = None if kind == "none" else workdir / way.replace("/", "-")
+    real = ckpt.writer
+    if kind == "sync":  # no writer: `checkpoint.save` returns when the step is on disk
+        ckpt.writer = lambda d: contextlib.nullcontext()
+    try:
+        cfg = ExperimentConfig(rounds=rounds, algorithms=("pfedwn",))
+        run(
+            cfg,
+            progress=False,
+            checkpoint=directory,
+            checkpoint_every=int(every or 1),
+            callback=lambda *a: stamps.append(time.perf_counter()),
+        )
+    finally:
+        ckpt.writer = real
+    return statistics.median(np.diff(stamps[1:]))
+
+
+def overhead(rounds: int, repeats: int, workdir: Path) -> list[dict[str, Any]]:
+    """Per-round seconds of each way, the ways interleaved `repeats` times."""
+    ways = ("none", "async/1", "sync/1", "async/5")
+    gaps: dict[str, list[float]] = {w: [] for w in ways}
+    for _ in range(repeats):
+        for way in ways:
+            gaps[way].append(round_gaps(way, rounds, workdir))
+    base = statistics.median(gaps["none"])
+    return [
+        {
+            "way": way,
+            "round_ms": round(1e3 * statistics.median(g), 1),
+            "runs_ms": [round(1e3 * x, 1) for x in g],
+            "overhead": round(statistics.median(g) / base - 1, 3),
+        }
+        for way, g in gaps.items()
+    ]
+
+
+def npz_save(directory: Path, progress: dict, state: Any) -> None:
+    """The earlier `checkpoint.save`: every leaf gathered to the host, one atomic `.npz`."""
+    leaves = distributed.gather_to_host(jax.tree_util.tree_leaves(state))
+    arrays = {"progress": np.array(json.dumps(progress))}
+    arrays.update({f"leaf_{i:05d}": leaf for i, leaf in enumerate(leaves)})
+    directory.mkdir(parents=True, exist_ok=True)
+    atomic_write_with(directory / "state.npz", lambda f: np.savez(f, **arrays))
+
+
+def npz_restore(directory: Path, template: Any) -> Any:
+    """The earlier restore: the `.npz` leaves into `template`'s structure."""
+    with np.load(directory / "state.npz", allow_pickle=False) as z:
+        leaves = [jax.numpy.asarray(z[k]) for k in sorted(z.files) if k != "progress"]
+    return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(template), leaves)
 
 
 def sized_state(megabytes: float) -> Any:
@@ -84,11 +152,9 @@ def measure(name: str, state: Any, progress: dict, saves: int, workdir: Path) ->
     """Save and restore times of both ways for one state."""
     mb = sum(np.asarray(x).nbytes for x in jax.tree.leaves(state)) / 1e6
     npz_dir, orbax_dir = workdir / f"{name}-npz", workdir / f"{name}-orbax"
-    npz = timed(lambda i: ckpt.save(npz_dir, progress, state), saves)
+    npz = timed(lambda i: npz_save(npz_dir, progress, state), saves)
     orb = timed(lambda i: state_store.save(orbax_dir, i + 1, state, progress), saves)
-    npz_load = timed(
-        lambda i: ckpt.restore_state(state, ckpt.read_state(npz_dir / ckpt.STATE)[1]), 3
-    )
+    npz_load = timed(lambda i: npz_restore(npz_dir, state), 3)
     orb_load = timed(lambda i: state_store.restore(orbax_dir, state), 3)
     ms = lambda xs: round(1e3 * statistics.median(xs), 1)
     return {
@@ -108,14 +174,22 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--saves", type=int, default=20)
     ap.add_argument("--sizes", default="0.01,4,40", help="MB of the synthetic sharded states")
+    ap.add_argument("--rounds", type=int, default=20, help="rounds of each overhead run")
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved runs of each way")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/bench_state_store.json"))
     args = ap.parse_args(argv)
     use_cpu_devices()
     state, progress, round_s = run_state()
     cases = [("run-default", state, progress)]
     cases += [(f"{mb}MB", sized_state(float(mb)), progress) for mb in args.sizes.split(",")]
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as d:
+        per_round = overhead(args.rounds, args.repeats, Path(d))
         rows = [measure(n, s, p, args.saves, Path(d)) for n, s, p in cases]
+    load_after = os.getloadavg()
+    print(f"per round, default pfedwn run, {args.rounds} rounds x {args.repeats} interleaved:")
+    for r in per_round:
+        print(f"{r['way']:>10} {r['round_ms']:>8} ms  {100 * r['overhead']:+.1f}%  {r['runs_ms']}")
     head = ("state", "MB", "npz ms", "orbax ms", "ratio", "npz load", "orbax load")
     print("".join(f"{h:>12}" for h in head))
     for r in rows:
@@ -123,12 +197,15 @@ def main(argv: list[str] | None = None) -> int:
         vals += [r["npz_restore_ms"], r["orbax_restore_ms"]]
         print("".join(f"{v:>12}" for v in vals))
     print(f"a round of the default run (pfedwn, no save): {1e3 * round_s:.0f} ms")
+    print(f"load average (1, 5, 15 min) before {load_before}, after {load_after}")
     machine = {"platform": platform.platform(), "jax": jax.__version__, "devices": jax.devices()}
     atomic_write_json(
         args.out,
         {
             "results": rows,
+            "per_round": per_round,
             "round_ms": 1e3 * round_s,
+            "loadavg_before_after": [load_before, load_after],
             "machine": json.loads(json.dumps(machine, default=str)),
         },
     )

@@ -1,48 +1,49 @@
 """Checkpoint directories: resume an interrupted run exactly, at a constant cost per save.
 
-A checkpoint is a directory holding two files:
+A checkpoint is a directory holding:
 
-- `state.npz`, the commit point, replaced atomically (`pfedwn_jax.io`) at every save: the
-  progress JSON (`progress`) and the leaves of the running method's state (`leaf_00000`, ...).
-  Its size does not depend on the round.
-- `metrics.jsonl`, append-only: one JSON line per completed round, `{"method", "round", ...}`
-  (`round` counts from 1). A save appends the rounds since the previous save, then replaces
-  `state.npz`, so the state never refers to a round whose line is missing.
+- `state/`, numbered orbax steps (`pfedwn_jax.state_store`), the commit points: each holds the
+  progress JSON (the step's meta) and the running method's state, every process writing the
+  shards it holds (nothing is gathered to one host). A step's number is the rounds done over
+  all methods; a step directory that exists is complete (orbax renames its temporary directory
+  when every process is done), so a crash during a save leaves the previous step. The latest
+  two steps are kept; the state's size does not depend on the round.
+- `metrics.jsonl`, append-only (the writer process only, `distributed.is_writer`): one JSON
+  line per completed round, `{"method", "round", ...}` (`round` counts from 1). A save appends
+  the rounds since the previous save, then starts the step, so a step never refers to a round
+  whose line is missing.
 
 The progress JSON must hold `rounds: {method: rounds done}`; `load` keeps, per method, the lines
 of rounds `1..rounds[method]` (the last copy of a round wins). Lines past those rounds (written
 just before a crash, or before a resume from an earlier save) and a torn last line are ignored.
+A directory with a `state.npz` (the single-file state of earlier versions) is refused.
 
-Storage interface: `save(directory, progress, state, rows)`, `load(directory) -> Saved | None`,
-`restore_state(template, leaves)`, `remove(directory)`; another backend (orbax) only needs to
-provide these. On top of it, what `run` stores: `run_progress` (the progress JSON of a run) and
-`read_resume` (what a checkpoint says is done).
+Storage interface: `save(directory, progress, state, rows, writer)`, `load(directory) -> Saved |
+None`, `restore_state(directory, template, step)`, `remove(directory)`; `writer(directory)`
+makes the saves asynchronous (see `state_store.Writer`). On top of it, what `run` stores:
+`run_progress` (the progress JSON of a run) and `read_resume` (what a checkpoint says is done).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
-import zipfile
-from collections.abc import Iterable
+import shutil
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-
-from pfedwn_jax.distributed import gather_to_host, is_writer
+from pfedwn_jax import state_store
+from pfedwn_jax.distributed import is_writer
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.experiment.results import entry_header, rebuild_entry, to_jsonable
-from pfedwn_jax.io import atomic_write_with
 
-STATE = "state.npz"
+STATE = "state"
 METRICS = "metrics.jsonl"
-# what np.load / zipfile / json raise on an empty, truncated, foreign or pickled file
-_UNREADABLE = (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile)
+OLD_STATE = "state.npz"  # earlier versions' single-file state: refused on resume
 
 
 @dataclasses.dataclass
@@ -50,20 +51,24 @@ class Saved:
     """What a checkpoint holds.
 
     Attributes:
-      progress: the progress JSON given to the last `save`.
+      progress: the progress JSON given to the last complete `save`.
       rows: `method -> [rounds[method]]` metrics rows (dicts), in round order.
-      leaves: the state's leaves (empty when the last save had no state).
+      step: the step of `state/` it was read from (`restore_state` reads the state there).
     """
 
     progress: dict[str, Any]
     rows: dict[str, list[dict[str, Any]]]
-    leaves: list[np.ndarray]
+    step: int
 
 
 def corrupt(path: Path, what: str) -> ValueError:
     """The error for a checkpoint (directory or one of its files) that cannot be resumed:
     which file, what is wrong, how to start fresh."""
-    directory = path.parent if path.name in (STATE, METRICS) else path
+    directory = path
+    while directory.parent != directory and (
+        directory.name in (STATE, METRICS, OLD_STATE) or directory.parent.name == STATE
+    ):
+        directory = directory.parent
     return ValueError(
         f"checkpoint {path}: {what}; to start fresh delete {directory} "
         "or run without resume (no --resume)"
@@ -71,29 +76,43 @@ def corrupt(path: Path, what: str) -> ValueError:
 
 
 # --------------------------------------------------------------------------- save
+def writer(directory: str | Path) -> state_store.Writer:
+    """Asynchronous saves for `save(..., writer=)` into checkpoint `directory`; close it (or use
+    it in a `with`) to wait for the last one."""
+    return state_store.Writer(Path(directory) / STATE)
+
+
+def step_of(progress: dict[str, Any]) -> int:
+    """The step a save of `progress` gets: the rounds done over all methods."""
+    return sum(int(n) for n in progress["rounds"].values())
+
+
 def save(
     directory: str | Path,
     progress: dict[str, Any],
     state: Any | None,
     rows: Iterable[dict[str, Any]] = (),
+    writer: state_store.Writer | None = None,
 ) -> int:
-    """Append `rows` to `metrics.jsonl`, then replace `state.npz` (progress + state leaves).
+    """Append `rows` to `metrics.jsonl`, then save step `step_of(progress)` of `state/` (the
+    state, progress as its meta).
 
-    Returns the bytes written: the rows plus one state file, independent of the round count.
-    Several processes: every process calls it (the state's slots are gathered from all of
-    them, a collective); only the writer (`distributed.is_writer`) writes, the others return 0.
+    `writer` (from `writer(directory)`): return once the state is copied to the host and write
+    it in the background; None: return when the step is on disk. Every process calls it (each
+    writes its shards of the state); only the writer process appends rows. Returns the bytes
+    of rows appended (0 in other processes).
     """
-    leaves = gather_to_host(jax.tree_util.tree_leaves(state)) if state is not None else []
-    if not is_writer():
-        return 0
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    written = append_rows(directory / METRICS, rows)
-    arrays = {"progress": np.array(json.dumps(progress))}
-    for i, leaf in enumerate(leaves):
-        arrays[f"leaf_{i:05d}"] = leaf
-    atomic_write_with(directory / STATE, lambda f: np.savez(f, **arrays))
-    return written + (directory / STATE).stat().st_size
+    written = 0
+    if is_writer():
+        directory.mkdir(parents=True, exist_ok=True)
+        written = append_rows(directory / METRICS, rows)
+    step = step_of(progress)
+    if writer is None:
+        state_store.save(directory / STATE, step, state, progress)
+    else:
+        writer.save(step, state, progress)
+    return written
 
 
 def append_rows(path: Path, rows: Iterable[dict[str, Any]]) -> int:
@@ -113,14 +132,15 @@ def append_rows(path: Path, rows: Iterable[dict[str, Any]]) -> int:
 
 
 def remove(directory: str | Path) -> None:
-    """Delete a checkpoint's files, then the directory if that leaves it empty (in the writer
-    process only, `distributed.is_writer`)."""
+    """Delete a checkpoint's files (`state/`, `metrics.jsonl`, an old `state.npz`), then the
+    directory if that leaves it empty (in the writer process only, `distributed.is_writer`)."""
     directory = Path(directory)
     if directory.is_file():
         raise corrupt(directory, "is a file, not a checkpoint directory")
     if not is_writer():
         return
-    for name in (STATE, METRICS):
+    shutil.rmtree(directory / STATE, ignore_errors=True)
+    for name in (METRICS, OLD_STATE):
         with contextlib.suppress(FileNotFoundError):
             (directory / name).unlink()
     with contextlib.suppress(OSError):
@@ -132,50 +152,42 @@ def load(directory: str | Path) -> Saved | None:
     """The checkpoint in `directory` (None: nothing saved yet).
 
     Raises a `ValueError` naming the file and what is wrong when it cannot be resumed (a file
-    instead of a directory, an unreadable or foreign `state.npz`, missing metrics lines).
+    instead of a directory, an earlier version's `state.npz`, an unreadable or foreign
+    progress record, missing metrics lines).
     """
     directory = Path(directory)
     if directory.is_file():
         raise corrupt(
             directory, "is a file, not a checkpoint directory (a single-file checkpoint?)"
         )
-    if not (directory / STATE).exists():
-        return None
-    progress, leaves = read_state(directory / STATE)
-    rows = read_rows(directory / METRICS, progress["rounds"])
-    return Saved(progress, rows, leaves)
-
-
-def read_state(path: Path) -> tuple[dict[str, Any], list[np.ndarray]]:
-    """`(progress, leaves)` of a `state.npz`; a `ValueError` if it is not one of ours."""
+    if (directory / OLD_STATE).exists():
+        raise corrupt(
+            directory / OLD_STATE,
+            "is the single-file state of an earlier version, which cannot be resumed",
+        )
     try:
-        entries = _read_npz(path)
-    except _UNREADABLE as e:
-        raise corrupt(path, f"cannot be read ({type(e).__name__}: {e})") from None
-    if entries is None:
-        raise corrupt(path, "is a single array, not a checkpoint archive")
-    if "progress" not in entries:
-        raise corrupt(path, f"has no 'progress' entry (entries: {sorted(entries)[:5]})")
-    try:
-        progress = json.loads(str(entries.pop("progress")))
+        step = state_store.latest(directory / STATE)
     except ValueError as e:
-        raise corrupt(path, f"has an unreadable progress record ({e})") from None
-    names = sorted(entries)
-    if names != [f"leaf_{i:05d}" for i in range(len(names))]:
-        raise corrupt(path, f"has entries other than its state arrays ({names[:5]})")
+        raise corrupt(directory / STATE, str(e)) from None
+    if step is None:
+        return None
+    progress = read_progress(directory / STATE, step)
+    rows = read_rows(directory / METRICS, progress["rounds"])
+    return Saved(progress, rows, step)
+
+
+def read_progress(path: Path, step: int) -> dict[str, Any]:
+    """The progress JSON (meta) of `step` in the steps directory `path`; a `ValueError` if it
+    is not one of ours."""
+    where = path / str(step)
+    try:
+        _, progress = state_store.restore(path, None, step)
+    except Exception as e:  # orbax raises what its readers raise (OSError, ValueError, ...)
+        raise corrupt(where, f"cannot be read ({type(e).__name__}: {e})") from None
     rounds = progress.get("rounds") if isinstance(progress, dict) else None
     if not isinstance(rounds, dict) or not all(isinstance(n, int) for n in rounds.values()):
-        raise corrupt(path, "has no 'rounds' record in its progress")
-    return progress, [entries[k] for k in names]
-
-
-def _read_npz(path: Path) -> dict[str, np.ndarray] | None:
-    """Every entry of an `.npz` (None: the file is a single `.npy` array); never unpickles."""
-    z = np.load(path, allow_pickle=False)
-    if not isinstance(z, np.lib.npyio.NpzFile):
-        return None
-    with z:
-        return {k: z[k] for k in z.files}
+        raise corrupt(where, "has no 'rounds' record in its progress")
+    return progress
 
 
 def read_rows(path: Path, rounds: dict[str, int]) -> dict[str, list[dict[str, Any]]]:
@@ -202,20 +214,16 @@ def read_rows(path: Path, rounds: dict[str, int]) -> dict[str, list[dict[str, An
     return out
 
 
-def restore_state(template: Any, leaves: list[np.ndarray]) -> Any:
-    """`template`'s structure with the checkpoint's leaves (shapes and dtypes checked)."""
-    flat, treedef = jax.tree_util.tree_flatten(template)
-    if len(flat) != len(leaves):
-        raise ValueError(f"checkpoint state has {len(leaves)} arrays, expected {len(flat)}")
-    out = []
-    for t, leaf in zip(flat, leaves, strict=True):
-        if tuple(t.shape) != tuple(leaf.shape) or jnp.dtype(t.dtype) != leaf.dtype:
-            raise ValueError(
-                f"checkpoint state array {leaf.shape} {leaf.dtype} does not match "
-                f"{tuple(t.shape)} {t.dtype}"
-            )
-        out.append(jnp.asarray(leaf))
-    return jax.tree_util.tree_unflatten(treedef, out)
+def restore_state(directory: str | Path, template: Any, step: int) -> Any:
+    """The state of `step` onto `template`'s structure, shapes, dtypes and shardings (arrays or
+    `jax.ShapeDtypeStruct`s); every process reads its shards. A `ValueError` naming the step
+    when it cannot be read or does not match."""
+    path = Path(directory) / STATE
+    try:
+        state, _ = state_store.restore(path, template, step)
+    except Exception as e:  # orbax raises what its readers raise (OSError, ValueError, ...)
+        raise corrupt(path / str(step), f"holds no state for this run ({e})") from None
+    return state
 
 
 # --------------------------------------------------------------------------- a run's progress
@@ -249,13 +257,14 @@ class Resume:
       done: finished methods' entries, by name.
       current: the method that was running (None: none).
       entry: its entry so far.
-      leaves: its state's leaves after the last saved round.
+      restore: `restore(template) -> state`, its state after the last saved round onto the
+        template's shardings (`restore_state` of the checkpoint's step).
     """
 
     done: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     current: str | None = None
     entry: dict[str, Any] | None = None
-    leaves: list[np.ndarray] | None = None
+    restore: Callable[[Any], Any] | None = None
 
 
 def read_resume(checkpoint: str | Path | None, config: ExperimentConfig) -> Resume:
@@ -275,7 +284,8 @@ def read_resume(checkpoint: str | Path | None, config: ExperimentConfig) -> Resu
         entry = methods.pop(current) if current is not None else None
     except (KeyError, TypeError, AttributeError) as e:
         what = f"has an incomplete progress record ({e!r})"
-        raise corrupt(Path(checkpoint) / STATE, what) from None
+        raise corrupt(Path(checkpoint) / STATE / str(saved.step), what) from None
     if current is None:
         return Resume(methods)
-    return Resume(methods, current, entry, saved.leaves)
+    restore = functools.partial(restore_state, checkpoint, step=saved.step)
+    return Resume(methods, current, entry, restore)

@@ -8,8 +8,9 @@ the same for every method, so methods start from the same model and see the same
 orders, and a resumed run repeats an uninterrupted one exactly.
 
 Checkpoints (`checkpoint.py`): with `checkpoint=DIR`, every `checkpoint_every` rounds the
-new rounds' metrics are appended and the current method's full state replaces the previous
-one (constant cost per save); `resume=True` continues from it (the config must be the same).
+new rounds' metrics are appended and the current method's full state is saved as an orbax
+step, each process writing its shards (asynchronously, constant cost per save);
+`resume=True` continues from it (the config must be the same).
 Divergence (`divergence.py`): a round flags slots whose model or loss blew up; by default the
 method stops there (entry marked `diverged`) and the next one runs.
 
@@ -26,6 +27,7 @@ The steps of `run`, each usable on its own:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import sys
@@ -39,6 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
+from pfedwn_jax import state_store
 from pfedwn_jax._checks import check_int
 from pfedwn_jax.algorithms import (
     Algorithm,
@@ -54,7 +57,7 @@ from pfedwn_jax.data.federate import class_options
 from pfedwn_jax.distributed import gather_to_host
 from pfedwn_jax.engine import constrain_slots, evaluate, put_slots, replicate, resolve_shards
 from pfedwn_jax.experiment import checkpoint as ckpt
-from pfedwn_jax.experiment.checkpoint import Resume, read_resume, restore_state, run_progress
+from pfedwn_jax.experiment.checkpoint import Resume, read_resume, run_progress
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.experiment.divergence import TRAIN_LOSS, check_policy, note_divergence, slot_finite
 from pfedwn_jax.experiment.federation import Federation, build_federation
@@ -300,16 +303,16 @@ def _jitted_step(alg, static_hp):
 
 
 def init_state(
-    exp: Experiment, alg: Algorithm, hp: Any, leaves: list[np.ndarray] | None = None
+    exp: Experiment, alg: Algorithm, hp: Any, restore: Callable[[Any], Any] | None = None
 ) -> Any:
-    """The method's initial state, or a checkpoint's `leaves` in its structure; slots placed."""
+    """The method's initial state with its slots placed, or `restore(that state)`: a
+    checkpoint's state read onto its structure and shardings (`Resume.restore`)."""
     state = alg.init(exp.init_key, exp.ctx, hp)
     if needs_track(exp.ctx.links):
         params = jax.eval_shape(lambda s: alg.eval_params(s, exp.ctx, hp), state)  # [S, ...]
         state = Tracked(state, init_track(exp.init_key, exp.ctx, params))
-    if leaves is not None:
-        state = restore_state(state, leaves)
-    return put_slots(state, exp.ctx.num_slots, exp.ctx.shards)
+    state = put_slots(state, exp.ctx.num_slots, exp.ctx.shards)
+    return state if restore is None else restore(state)
 
 
 def compile_round(exp: Experiment, alg: Algorithm, hp: Any, state: Any) -> tuple[Any, float]:
@@ -349,7 +352,7 @@ def run_method(
     hp: Any,
     entry: dict[str, Any],
     *,
-    leaves: list[np.ndarray] | None = None,
+    restore: Callable[[Any], Any] | None = None,
     name: str = "",
     progress: bool = False,
     after_round: RoundHook | None = None,
@@ -357,17 +360,17 @@ def run_method(
 ) -> dict[str, Any]:
     """Rounds `len(entry["target_accuracy"])` .. `rounds - 1` of one method; returns `entry`.
 
-    `entry` (a `new_entry` or a checkpoint's, updated in place) and `leaves` (the state after
-    its last round) say where the method starts. After each round, with the round's results in
-    `entry`, `after_round(rounds_done, entry, state, row, finished)` runs; `finished` after
-    the last round, or the first diverged one with `on_divergence="stop"` (see
-    `divergence.note_divergence`; `"continue"` only records it).
+    `entry` (a `new_entry` or a checkpoint's, updated in place) and `restore` (reads the state
+    after its last round, `init_state`) say where the method starts. After each round, with the
+    round's results in `entry`, `after_round(rounds_done, entry, state, row, finished)` runs;
+    `finished` after the last round, or the first diverged one with `on_divergence="stop"`
+    (see `divergence.note_divergence`; `"continue"` only records it).
     """
     check_policy(on_divergence)
     if entry.get("diverged") is not None and on_divergence == "stop":
         finish_entry(entry)  # stopped there before a resume
         return entry
-    state = init_state(exp, alg, hp, leaves)
+    state = init_state(exp, alg, hp, restore)
     compiled, compile_s = compile_round(exp, alg, hp, state)
     entry["timings"]["compile_s"] += compile_s
     rounds, start = exp.config.rounds, len(entry["target_accuracy"])
@@ -471,11 +474,13 @@ def checkpoint_hook(
     checkpoint: Path | None,
     callback: ProgressCallback | None,
     every: int = 1,
+    writer: state_store.Writer | None = None,
 ) -> RoundHook:
     """`after_round` of method `name` in `run`: save the checkpoint, then call `callback`.
 
     Saves every `every` rounds and when the method finishes: the rounds' metrics since the
-    last save plus, before the method finishes, its state (after, `done` plus the method).
+    last save plus, before the method finishes, its state (after, `done` plus the method);
+    through `writer` (`checkpoint.writer`) asynchronously, else before `callback` runs.
     """
     pending: list[dict[str, Any]] = []
 
@@ -485,10 +490,12 @@ def checkpoint_hook(
         if checkpoint is not None:
             pending.append({"method": name, **row})
             if finished:
-                ckpt.save(checkpoint, run_progress(config, {**done, name: entry}), None, pending)
+                progress = run_progress(config, {**done, name: entry})
+                ckpt.save(checkpoint, progress, None, pending, writer)
                 pending.clear()
             elif rounds_done % every == 0:
-                ckpt.save(checkpoint, run_progress(config, done, name, entry), state, pending)
+                progress = run_progress(config, done, name, entry)
+                ckpt.save(checkpoint, progress, state, pending, writer)
                 pending.clear()
         if callback is not None:
             callback(name, rounds_done, row)
@@ -593,20 +600,22 @@ def run(
     if checkpoint is not None and not resume:
         ckpt.remove(checkpoint)
     done = resumed.done
-    for name, alg, hp in methods:
-        if name in done:
-            continue
-        own = name == resumed.current and resumed.entry is not None
-        hook = checkpoint_hook(config, name, done, checkpoint, callback, checkpoint_every)
-        done[name] = run_method(
-            exp,
-            alg,
-            hp,
-            resumed.entry if own else new_entry(hp, config.record_every, config.rounds),
-            leaves=resumed.leaves if own else None,
-            name=name,
-            progress=progress,
-            after_round=hook,
-            on_divergence=on_divergence,
-        )
+    # saves overlap the next rounds; leaving the block (also on an error) waits for the last
+    with ckpt.writer(checkpoint) if checkpoint is not None else contextlib.nullcontext() as w:
+        for name, alg, hp in methods:
+            if name in done:
+                continue
+            own = name == resumed.current and resumed.entry is not None
+            hook = checkpoint_hook(config, name, done, checkpoint, callback, checkpoint_every, w)
+            done[name] = run_method(
+                exp,
+                alg,
+                hp,
+                resumed.entry if own else new_entry(hp, config.record_every, config.rounds),
+                restore=resumed.restore if own else None,
+                name=name,
+                progress=progress,
+                after_round=hook,
+                on_divergence=on_divergence,
+            )
     return assemble_result(exp, {name: done[name] for name, _, _ in methods}, setup_s, t_start)
