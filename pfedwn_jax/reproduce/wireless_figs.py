@@ -115,12 +115,16 @@ def preset_config(preset: str) -> ExperimentConfig:
 
 
 def _setup(
-    out_dir: str | Path, preset: str, base: ExperimentConfig | None
+    out_dir: str | Path, preset: str, base: ExperimentConfig | None, data: bool = False
 ) -> tuple[Path, WirelessPreset, ExperimentConfig]:
+    """Output folder, preset and base config. Only a figure of the data (`data`) needs the
+    preset's dataset (the shared data folder); the wireless ones use the channel alone."""
     p = PRESETS[check_choice("preset", preset, PRESETS)]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    return out, p, preset_config(preset) if base is None else base
+    if base is None:
+        base = preset_config(preset) if data else ExperimentConfig(partition="paper")
+    return out, p, base
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
@@ -377,7 +381,7 @@ def fig7(
     `base.num_neighbors` set to the cases' (it does not depend on target or topology).
     """
     start = time.perf_counter()
-    out, _, base = _setup(out_dir, preset, base)
+    out, _, base = _setup(out_dir, preset, base, data=True)
     cases = paper_cases(base) if cases is None else cases
     data_cfg = cases[0].config(base)
     counts, fallback = _load_partition(data_cfg, preset)
