@@ -294,10 +294,12 @@ def run_settings(
     setting_list: Sequence[Setting],
     grid: Mapping[str, Sequence[Any]],
     seeds: Sequence[int],
+    cache: Path | None = None,
 ) -> tuple[SweepResult, list[dict[str, Any]]]:
     """Every setting x grid point x seed as one `run_configs` call; the `SweepResult` (swept:
     "case", the grid keys and the settings' `extra` labels) and every run's label and full
-    config (for the CSV/JSON)."""
+    config (for the CSV/JSON). With `cache`, a sweep already saved there with the same runs is
+    read back instead of run, and a new one is saved there."""
     from pfedwn_jax.sweeps.api import run_configs
     from pfedwn_jax.sweeps.grid import RunSpec, run_config
 
@@ -307,12 +309,28 @@ def run_settings(
             for seed in seeds:
                 configs.append(run_config(st.config, RunSpec(len(configs), seed, point)))
                 labels.append({"seed": int(seed), "case": st.name, **point, **dict(st.extra)})
+    swept = ("case", *grid, *dict(setting_list[0].extra))
+    runs = [{**lab, "config": c.to_dict()} for lab, c in zip(labels, configs, strict=True)]
+    if cache is not None and (done := _cached(cache, runs)) is not None:
+        return done, runs
     t0 = time.perf_counter()
     columns, meta = run_configs(configs, labels, progress=False)
     meta["wall_s"] = time.perf_counter() - t0
-    swept = ("case", *grid, *dict(setting_list[0].extra))
-    runs = [{**lab, "config": c.to_dict()} for lab, c in zip(labels, configs, strict=True)]
-    return SweepResult(columns, swept, meta), runs
+    res = SweepResult(columns, swept, meta)
+    if cache is not None:
+        save_sweep(cache, res, runs)
+    return res, runs
+
+
+def _cached(folder: Path, runs: Sequence[Mapping[str, Any]]) -> SweepResult | None:
+    """The sweep saved in `folder` if it holds exactly these runs (same labels and configs),
+    so an interrupted reproduction continues where it stopped; else None."""
+    if not (folder / "runs.json").is_file() or not (folder / "sweep.json").is_file():
+        return None
+    saved = json.loads((folder / "runs.json").read_text())
+    if saved != json.loads(json.dumps(list(runs), default=str)):
+        return None
+    return SweepResult.from_json(folder / "sweep.json")
 
 
 # ---------------------------------------------------------------------------- choosing
@@ -431,8 +449,8 @@ def run_variants(
             hp = {**cfg.hparams.get("pfedwn", {}), "em_every": every, "component_updates": comp}
             cfg = cfg.replace(hparams={**cfg.hparams, "pfedwn": hp})
             sts.append(Setting(r["case"], cfg, (("variant", variant_name(every, comp)),)))
-    res, vruns = run_settings(sts, {}, preset.seeds)
-    save_sweep(out / "sweeps" / f"{_slug(spec.label)}_pfedwn_variants", res, vruns)
+    folder = out / "sweeps" / f"{_slug(spec.label)}_pfedwn_variants"
+    res, vruns = run_settings(sts, {}, preset.seeds, cache=folder)
     label = {"dataset": spec.label, "sweep_wall_s": res.meta["wall_s"]}
     new = choose(res, [], preset.window, label)
     by_case = {r["case"]: r for r in mine}
@@ -453,10 +471,9 @@ def run_tables(
     todo = plan(preset, items)
     for spec in preset.datasets:
         for m, want in todo.get(spec.label, {}).items():
-            res, runs = run_settings(
-                settings(dataset_base(preset, spec, m), want), preset.grids[m], preset.seeds
-            )
-            save_sweep(out / "sweeps" / f"{_slug(spec.label)}_{m}", res, runs)
+            sts = settings(dataset_base(preset, spec, m), want)
+            folder = out / "sweeps" / f"{_slug(spec.label)}_{m}"
+            res, runs = run_settings(sts, preset.grids[m], preset.seeds, cache=folder)
             label = {"dataset": spec.label, "sweep_wall_s": res.meta["wall_s"]}
             new = choose(res, list(preset.grids[m]), preset.window, label)
             for r in new:
