@@ -169,3 +169,20 @@ def test_tiny_preset_end_to_end_through_the_script(tmp_path):
     assert sum(m.startswith("pfedwn (") for m in methods) == 3 * 3  # EM variants x cases
     report = (tmp_path / "REPORT.md").read_text()
     assert "Table III" in report and "Chosen hyperparameters" in report
+
+
+def test_a_saved_sweep_with_the_same_runs_is_read_back_not_rerun(tmp_path, monkeypatch):
+    base = ExperimentConfig(model="logreg", rounds=1, algorithms=("local",), num_neighbors=2,
+                            max_samples_per_client=30, val_fraction=0.2, data_seed=0)  # fmt: skip
+    sts = [L.Setting("A", base)]
+    first, _ = L.run_settings(sts, {"lr": (0.1,)}, (0,), cache=tmp_path)
+    import pfedwn_jax.sweeps.api as api
+
+    def boom(*a, **k):
+        raise AssertionError("ran again")
+
+    monkeypatch.setattr(api, "run_configs", boom)
+    again, _ = L.run_settings(sts, {"lr": (0.1,)}, (0,), cache=tmp_path)
+    assert np.array_equal(again.rows["target_accuracy"], first.rows["target_accuracy"])
+    with pytest.raises(AssertionError, match="ran again"):  # other runs: not the saved sweep
+        L.run_settings(sts, {"lr": (0.2,)}, (0,), cache=tmp_path)

@@ -585,7 +585,8 @@ def _band(ax: Any, c: Mapping[str, np.ndarray], label: str) -> None:
     x = c["round"]
     ax.plot(x, 100 * c["mean"], lw=1.5, label=label)
     if np.isfinite(c["ci_low"]).any():
-        ax.fill_between(x, 100 * c["ci_low"], 100 * c["ci_high"], alpha=0.2)
+        low, high = (np.clip(100 * c[k], 0.0, 100.0) for k in ("ci_low", "ci_high"))
+        ax.fill_between(x, low, high, alpha=0.2)  # an accuracy's interval, cut to [0, 100]
 
 
 def _curves_csv(path: Path, named: Mapping[str, Mapping[str, np.ndarray]]) -> Path:
