@@ -186,3 +186,18 @@ def test_a_saved_sweep_with_the_same_runs_is_read_back_not_rerun(tmp_path, monke
     assert np.array_equal(again.rows["target_accuracy"], first.rows["target_accuracy"])
     with pytest.raises(AssertionError, match="ran again"):  # other runs: not the saved sweep
         L.run_settings(sts, {"lr": (0.2,)}, (0,), cache=tmp_path)
+
+
+@pytest.mark.parametrize("name", sorted(L.PRESETS))
+def test_every_preset_grid_point_is_a_valid_config(name):
+    """Each preset's per-method base config and grid points pass `ExperimentConfig`'s checks
+    (no data is loaded): a typo in the never-run `paper` preset fails here, not on a GPU."""
+    from pfedwn_jax.sweeps.grid import RunSpec, run_config
+
+    p = L.PRESETS[name]
+    for spec in p.datasets:
+        for m in p.methods:
+            base = L.dataset_base(p, spec, m)
+            for point in L._points(p.grids[m]):
+                cfg = run_config(base, RunSpec(0, 0, point))
+                assert cfg.algorithms == (m,) and cfg.val_fraction > 0

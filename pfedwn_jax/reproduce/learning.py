@@ -95,11 +95,19 @@ def _npz(name: str) -> str:
     return f"npz:{shared_data_dir() / name}"
 
 
+QUICK_GRID = {
+    "local": {"lr": (0.02, 0.1)},
+    "fedavg": {"lr": (0.02, 0.1)},
+    "fedprox": {"lr": (0.02, 0.1), "fedprox.mu": (0.01, 0.1)},
+    "perfedavg": {"lr": (0.02, 0.1), "perfedavg.alpha": (0.005, 0.02)},
+    "fedamp": {"lr": (0.02, 0.1), "fedamp.sigma_scale": (0.5, 2.0)},
+    "pfedwn": {"lr": (0.02, 0.1), "pfedwn.a": (0.3, 0.7)},
+}
 _FIXED = {"fedamp": {"sigma_mode": "auto"}, "perfedavg": {"variant": "fo"}}
 
 
-def _presets() -> dict[str, Preset]:
-    tiny = Preset(
+def _tiny() -> Preset:
+    return Preset(
         name="tiny",
         datasets=(DataSpec("MNIST", None, "logreg", 40),),
         base={"rounds": 2, "batch_size": 16, "val_fraction": 0.2, "data_seed": 0},
@@ -113,15 +121,10 @@ def _presets() -> dict[str, Preset]:
         window=2,
         description="embedded MNIST subset, logistic regression, 2 rounds, 2 seeds (a test)",
     )
-    quick_grid = {
-        "local": {"lr": (0.02, 0.1)},
-        "fedavg": {"lr": (0.02, 0.1)},
-        "fedprox": {"lr": (0.02, 0.1), "fedprox.mu": (0.01, 0.1)},
-        "perfedavg": {"lr": (0.02, 0.1), "perfedavg.alpha": (0.005, 0.02)},
-        "fedamp": {"lr": (0.02, 0.1), "fedamp.sigma_scale": (0.5, 2.0)},
-        "pfedwn": {"lr": (0.02, 0.1), "pfedwn.a": (0.3, 0.7)},
-    }
-    quick = Preset(
+
+
+def _quick() -> Preset:
+    return Preset(
         name="quick",
         datasets=(
             DataSpec("MNIST", _npz("mnist_10k_2k.npz"), "mlp", 300),
@@ -130,7 +133,7 @@ def _presets() -> dict[str, Preset]:
         ),
         base={"rounds": 10, "batch_size": 32, "val_fraction": 0.2, "data_seed": 0},
         seeds=(0, 1, 2),
-        grids=quick_grid,
+        grids=QUICK_GRID,
         hparams=_FIXED,
         fig1="CIFAR-10",
         fig8="CIFAR-10",
@@ -143,16 +146,21 @@ def _presets() -> dict[str, Preset]:
             "3 seeds, a 2-4 point grid per method"
         ),
     )
-    paper_grid = {
-        m: {"lr": (0.005, 0.01, 0.05), **{k: v + v[-1:] for k, v in g.items() if k != "lr"}}
-        for m, g in quick_grid.items()
-    }
-    paper_grid["fedprox"] = {"lr": (0.005, 0.01, 0.05), "fedprox.mu": (0.001, 0.01, 0.1)}
-    paper_grid["perfedavg"] = {"lr": (0.005, 0.01, 0.05), "perfedavg.alpha": (0.001, 0.01)}
-    paper_grid["fedamp"] = {"lr": (0.005, 0.01, 0.05), "fedamp.sigma_scale": (0.5, 1.0, 2.0)}
-    paper_grid["pfedwn"] = {"lr": (0.005, 0.01, 0.05), "pfedwn.a": (0.1, 0.3, 0.5, 0.7, 0.9)}
-    paper_grid["local"] = paper_grid["fedavg"] = {"lr": (0.005, 0.01, 0.05)}
-    paper = Preset(
+
+
+_PAPER_LR = (0.005, 0.01, 0.05)
+PAPER_GRID = {
+    "local": {"lr": _PAPER_LR},
+    "fedavg": {"lr": _PAPER_LR},
+    "fedprox": {"lr": _PAPER_LR, "fedprox.mu": (0.001, 0.01, 0.1)},
+    "perfedavg": {"lr": _PAPER_LR, "perfedavg.alpha": (0.001, 0.01)},
+    "fedamp": {"lr": _PAPER_LR, "fedamp.sigma_scale": (0.5, 1.0, 2.0)},
+    "pfedwn": {"lr": _PAPER_LR, "pfedwn.a": (0.1, 0.3, 0.5, 0.7, 0.9)},
+}
+
+
+def _paper() -> Preset:
+    return Preset(
         name="paper",
         datasets=(
             DataSpec("MNIST", "mnist", "cnn", None),
@@ -161,7 +169,7 @@ def _presets() -> dict[str, Preset]:
         ),
         base={"rounds": 100, "batch_size": 32, "val_fraction": 0.2, "data_seed": 0},
         seeds=(0, 1, 2, 3, 4),
-        grids=paper_grid,
+        grids=PAPER_GRID,
         hparams=_FIXED,
         fig1="CIFAR-10",
         fig8="CIFAR-10",
@@ -169,10 +177,9 @@ def _presets() -> dict[str, Preset]:
         variants=("MNIST", "CIFAR-10", "CIFAR-100"),
         description="TFDS full datasets, CNN (MNIST) / ResNet18 (CIFAR), 100 rounds, 5 seeds",
     )
-    return {p.name: p for p in (tiny, quick, paper)}
 
 
-PRESETS = _presets()
+PRESETS = {p.name: p for p in (_tiny(), _quick(), _paper())}
 
 
 def get_preset(name: str | Preset) -> Preset:
