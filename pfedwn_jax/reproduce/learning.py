@@ -748,12 +748,20 @@ def _learning_outputs(items, rows, sweeps, p: Preset, out: Path, wall) -> dict[s
 
 
 def _artifacts(done: Mapping[str, Any], out: Path) -> list[str]:
+    """One Markdown line per item: its files relative to `out`, or why it was skipped."""
     lines = []
     for item, arts in done.items():
-        files = [str(Path(v).relative_to(out)) if Path(v).is_absolute() else str(v)
-                 for v in arts.values() if isinstance(v, str | Path)]  # fmt: skip
-        lines.append(f"- {item}: " + (", ".join(f"`{f}`" for f in files) or str(dict(arts))))
+        if "skipped" in arts:
+            lines.append(f"- {item}: skipped ({arts['skipped']})")
+            continue
+        files = [os.path.relpath(v, out) for v in arts.values() if isinstance(v, str | Path)]
+        lines.append(f"- {item}: " + ", ".join(f"`{f}`" for f in files))
     return lines
+
+
+def _sweep_seconds(rows: Sequence[Mapping[str, Any]]) -> float:
+    """Total wall time of the distinct sweeps behind `rows` (each row carries its sweep's)."""
+    return float(sum(t for _, t in {(r["dataset"], r["sweep_wall_s"]) for r in rows}))
 
 
 def write_report(
@@ -776,7 +784,8 @@ def write_report(
         "",
         f"Items: {', '.join(items)}. Wall time (s): "
         + ", ".join(f"{k} {v:.0f}" for k, v in wall.items())
-        + f"; {os.cpu_count()} CPU cores, load average {load:.1f} at the end.",
+        + f"; {os.cpu_count()} CPU cores, load average {load:.1f} at the end. The sweeps' own "
+        f"wall time, including those read back from an earlier run: {_sweep_seconds(rows):.0f} s.",
         "",
     ]
     tables = (("Table II", [r for r in rows if r["case"] not in SPECIAL]),
