@@ -80,10 +80,11 @@ class Preset:
 
 
 def shared_data_dir() -> Path:
-    """The shared real-data folder: `$PFEDWN_SHARED_DATA`, else `../shared/data` of the repo."""
-    env = os.environ.get(DATA_ENV)
-    if env:
-        return Path(env)
+    """The shared real-data folder: `$PFEDWN_SHARED_DATA` or `$PFEDWN_DATA_DIR` (the data
+    modules' variable), else `../shared/data` next to the repository (or its worktree folder)."""
+    for name in (DATA_ENV, "PFEDWN_DATA_DIR"):
+        if os.environ.get(name):
+            return Path(os.environ[name])
     repo = Path(__file__).resolve().parents[2]
     for cand in (repo.parent / "shared" / "data", repo.parents[1] / "shared" / "data"):
         if cand.is_dir():
@@ -748,13 +749,15 @@ def _learning_outputs(items, rows, sweeps, p: Preset, out: Path, wall) -> dict[s
 
 
 def _artifacts(done: Mapping[str, Any], out: Path) -> list[str]:
-    """One Markdown line per item: its files relative to `out`, or why it was skipped."""
+    """One Markdown line per item: its files (`files`, else its path values) relative to
+    `out`, or why it was skipped."""
     lines = []
     for item, arts in done.items():
         if "skipped" in arts:
             lines.append(f"- {item}: skipped ({arts['skipped']})")
             continue
-        files = [os.path.relpath(v, out) for v in arts.values() if isinstance(v, str | Path)]
+        paths = arts.get("files") or [v for v in arts.values() if isinstance(v, str | Path)]
+        files = [os.path.relpath(v, out) for v in paths]
         lines.append(f"- {item}: " + ", ".join(f"`{f}`" for f in files))
     return lines
 
