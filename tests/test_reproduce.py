@@ -1,0 +1,203 @@
+"""`pfedwn_jax.reproduce.learning` and `scripts/reproduce.py`: hyperparameters are chosen on
+the validation split only, the tables' statistics match a hand computation, and the presets
+write every artifact with the chosen values and seeds."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from pfedwn_jax.experiment.config import ExperimentConfig
+from pfedwn_jax.reproduce import learning as L
+from pfedwn_jax.sweeps.result import SweepResult
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ---------------------------------------------------------------------------- choosing
+def _table(val: dict, test: dict, rounds: int = 3) -> SweepResult:
+    """A hand-made sweep: case "A", lr in {0.1, 0.2}, seeds {0, 1}, method fedavg; `val` and
+    `test` map (lr, seed) to the per-round accuracy (constant over rounds)."""
+    cols: dict[str, list] = {k: [] for k in ("run", "seed", "case", "lr", "method", "round")}
+    for k in ("target_accuracy", "target_loss", "mean_client_accuracy", "diverged"):
+        cols[k] = []
+    cols["target_val_accuracy"] = []
+    for run, (lr, seed) in enumerate(itertools.product((0.1, 0.2), (0, 1))):
+        for r in range(1, rounds + 1):
+            cols["run"].append(run)
+            cols["seed"].append(seed)
+            cols["case"].append("A")
+            cols["lr"].append(lr)
+            cols["method"].append("fedavg")
+            cols["round"].append(r)
+            cols["target_accuracy"].append(test[lr, seed] + 0.01 * r)
+            cols["target_loss"].append(1.0)
+            cols["mean_client_accuracy"].append(0.5)
+            cols["diverged"].append(False)
+            cols["target_val_accuracy"].append(val[lr, seed])
+    arrays = {k: np.asarray(v) for k, v in cols.items()}
+    arrays["diverged"] = arrays["diverged"].astype(bool)
+    return SweepResult(arrays, ("case", "lr"), {})
+
+
+def test_choose_uses_validation_not_test_and_matches_hand_statistics():
+    # validation prefers lr 0.1, the test split would prefer lr 0.2: 0.1 must be chosen
+    val = {(0.1, 0): 0.9, (0.1, 1): 0.8, (0.2, 0): 0.5, (0.2, 1): 0.6}
+    test = {(0.1, 0): 0.40, (0.1, 1): 0.50, (0.2, 0): 0.95, (0.2, 1): 0.97}
+    (row,) = L.choose(_table(val, test), ["lr"], window=2, label={"dataset": "D"})
+    assert row["chosen"] == {"lr": 0.1} and row["seeds"] == [0, 1] and row["n"] == 2
+    assert row["dataset"] == "D" and row["case"] == "A" and row["method"] == "fedavg"
+    assert row["val_last_mean"] == pytest.approx(85.0)
+    finals = np.array([0.43, 0.53]) * 100  # round 3 of each seed
+    lasts = np.array([0.425, 0.525]) * 100  # mean of rounds 2 and 3
+    for key, x in (("final", finals), ("max", finals), ("last", lasts)):
+        half = stats.t.ppf(0.975, 1) * x.std(ddof=1) / np.sqrt(2)
+        assert row[f"{key}_mean"] == pytest.approx(x.mean(), rel=1e-5)
+        assert row[f"{key}_ci_high"] - row[f"{key}_mean"] == pytest.approx(half, rel=1e-4)
+
+
+def test_best_ranks_nan_lowest_and_keeps_the_first_of_ties():
+    entries = [{"last_mean": np.nan}, {"last_mean": 0.5}, {"last_mean": 0.7}, {"last_mean": 0.7}]
+    assert L._best(entries) is entries[2]
+    assert L._best([{"last_mean": np.nan}, {"last_mean": -1.0}])["last_mean"] == -1.0
+
+
+def test_points_are_the_grid_product_first_key_outermost():
+    grid = {"lr": (0.1, 0.2, 0.3), "pfedwn.a": (0.3, 0.7)}
+    want = [{"lr": a, "pfedwn.a": b} for a, b in itertools.product(*grid.values())]
+    assert L._points(grid) == want
+    assert L._points({}) == [{}]
+
+
+def test_markdown_table_bolds_the_best_mean_per_column():
+    def row(method, m):
+        return {"method": method, "case": "Case 1", "dataset": "MNIST",
+                "max_mean": m, "max_ci_high": m + 1.0}  # fmt: skip
+
+    text = L.markdown_table([row("local", 90.0), row("pfedwn", 95.0)], "max")
+    assert "| pfedwn | **95.0 ± 1.0** |" in text and "| local | 90.0 ± 1.0 |" in text
+
+
+# ---------------------------------------------------------------------------- cases, input
+def test_fallback_cases_select_the_wanted_number_with_the_first_such_topology():
+    base = ExperimentConfig(algorithms=("local",))
+    cases = L._fallback_cases(base, 10, (4, 3, 2), (5.0, 10.0, 15.0))
+    assert [c.gamma_th for c in cases] == [5.0, 10.0, 15.0]
+    for c, k in zip(cases, (4, 3, 2), strict=True):
+        counts = [L._selected_count(s, 10, c.gamma_th, 0.05) for s in range(c.topology_seed + 1)]
+        assert counts[-1] == k and k not in counts[:-1]
+        cfg = c.config(base)
+        assert (cfg.gamma_th, cfg.topology_seed, cfg.target) == (c.gamma_th, c.topology_seed, 0)
+
+
+def test_bad_items_and_presets_name_the_allowed_values():
+    assert L.parse_items("table2, fig8") == ("fig8", "table2")
+    assert L.parse_items(None) == L.ALL_ITEMS
+    with pytest.raises(ValueError, match=r"table9.*allowed"):
+        L.parse_items("table2,table9")
+    with pytest.raises(ValueError, match="preset must be one of"):
+        L.get_preset("huge")
+
+
+def test_quick_preset_reads_only_local_files_and_tunes_every_method():
+    q = L.PRESETS["quick"]
+    assert {s.dataset.split(":", 1)[0] for s in q.datasets} == {"npz"}
+    assert set(q.grids) == set(L.METHODS) and all("lr" in g for g in q.grids.values())
+    assert q.base["val_fraction"] > 0
+
+
+# ---------------------------------------------------------------------------- end to end
+def _csv_rows(path: Path) -> list[dict[str, str]]:
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def _check_table(path: Path, preset: L.Preset) -> None:
+    rows = _csv_rows(path)
+    assert rows
+    for r in rows:
+        chosen = json.loads(r["chosen"])
+        grid = preset.grids["pfedwn" if r["method"].startswith("pfedwn") else r["method"]]
+        assert set(chosen) == set(grid) and all(chosen[k] in grid[k] for k in chosen)
+        assert [int(s) for s in r["seeds"].split()] == list(preset.seeds)
+        cfg = json.loads(r["config"])
+        assert cfg["seed"] == preset.seeds[0] and cfg["lr"] == chosen["lr"]
+        assert float(r["max_ci_low"]) <= float(r["max_mean"]) <= float(r["max_ci_high"])
+
+
+def test_small_preset_writes_tables_and_fig8(tmp_path):
+    """A cut-down tiny preset (pFedWN only, no variants) through `reproduce`."""
+    p = dataclasses.replace(L.PRESETS["tiny"], methods=("pfedwn",), variants=())
+    out = L.reproduce("table2,fig8", p, tmp_path, log=lambda s: None)
+    for name in ("table2.csv", "table2.json", "fig8_pi.json", "REPORT.md"):
+        assert (tmp_path / name).is_file(), name
+    assert set(out["items"]) == {"table2", "fig8"}
+    _check_table(tmp_path / "table2.csv", p)
+    assert len(_csv_rows(tmp_path / "table2.csv")) == 3  # three cases x one method
+    pi = np.asarray(json.loads((tmp_path / "fig8_pi.json").read_text())["pi_target"])
+    assert np.allclose(pi[-1].sum(), 1.0, atol=1e-5)  # estimated weights sum to one
+    assert (tmp_path / "sweeps" / "mnist_pfedwn" / "rows.csv").is_file()
+    assert "Table II" in (tmp_path / "REPORT.md").read_text()
+
+
+@pytest.mark.slow
+def test_tiny_preset_end_to_end_through_the_script(tmp_path):
+    """`scripts/reproduce.py --preset tiny` with every learning item (about 1.5 minutes)."""
+    items = "table2,table3,fig1,fig8,fig9"
+    cmd = [sys.executable, str(ROOT / "scripts" / "reproduce.py"), "--only", items,
+           "--preset", "tiny", "--out", str(tmp_path)]  # fmt: skip
+    subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True, timeout=600)
+    names = ("table2.csv", "table2.json", "table3.csv", "table3.json", "fig1.csv", "fig9.csv",
+             "fig8_pi.json", "REPORT.md")  # fmt: skip
+    for name in names:
+        assert (tmp_path / name).is_file(), name
+    for png in ("fig1_target_vs_global.png", "fig8_em_weights.png", "fig9_10_vs_20_neighbors.png"):
+        assert (tmp_path / png).stat().st_size > 1000, png
+    tiny = L.PRESETS["tiny"]
+    _check_table(tmp_path / "table2.csv", tiny)
+    _check_table(tmp_path / "table3.csv", tiny)
+    methods = [r["method"] for r in _csv_rows(tmp_path / "table2.csv")]
+    assert sum(m.startswith("pfedwn (") for m in methods) == 3 * 3  # EM variants x cases
+    report = (tmp_path / "REPORT.md").read_text()
+    assert "Table III" in report and "Chosen hyperparameters" in report
+
+
+def test_a_saved_sweep_with_the_same_runs_is_read_back_not_rerun(tmp_path, monkeypatch):
+    base = ExperimentConfig(model="logreg", rounds=1, algorithms=("local",), num_neighbors=2,
+                            max_samples_per_client=30, val_fraction=0.2, data_seed=0)  # fmt: skip
+    sts = [L.Setting("A", base)]
+    first, _ = L.run_settings(sts, {"lr": (0.1,)}, (0,), cache=tmp_path)
+    import pfedwn_jax.sweeps.api as api
+
+    def boom(*a, **k):
+        raise AssertionError("ran again")
+
+    monkeypatch.setattr(api, "run_configs", boom)
+    again, _ = L.run_settings(sts, {"lr": (0.1,)}, (0,), cache=tmp_path)
+    assert np.array_equal(again.rows["target_accuracy"], first.rows["target_accuracy"])
+    with pytest.raises(AssertionError, match="ran again"):  # other runs: not the saved sweep
+        L.run_settings(sts, {"lr": (0.2,)}, (0,), cache=tmp_path)
+
+
+@pytest.mark.parametrize("name", sorted(L.PRESETS))
+def test_every_preset_grid_point_is_a_valid_config(name):
+    """Each preset's per-method base config and grid points pass `ExperimentConfig`'s checks
+    (no data is loaded): a typo in the never-run `paper` preset fails here, not on a GPU."""
+    from pfedwn_jax.sweeps.grid import RunSpec, run_config
+
+    p = L.PRESETS[name]
+    for spec in p.datasets:
+        for m in p.methods:
+            base = L.dataset_base(p, spec, m)
+            for point in L._points(p.grids[m]):
+                cfg = run_config(base, RunSpec(0, 0, point))
+                assert cfg.algorithms == (m,) and cfg.val_fraction > 0
