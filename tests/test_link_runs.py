@@ -88,6 +88,7 @@ def test_physical_failure_rate_matches_the_monte_carlo_of_the_same_topology():
     np.testing.assert_array_less(np.abs(rate - mc_rate), Z * sd + 1e-9)
 
 
+@pytest.mark.slow
 def test_a_sweep_with_failing_links_equals_its_runs():
     config = ExperimentConfig(
         **{**BASE, "num_neighbors": 5, "eps": 0.05, "gamma_th": 5.0},

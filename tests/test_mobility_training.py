@@ -23,7 +23,7 @@ def _run(**kw):
 @pytest.mark.parametrize(
     ("mode", "kw"),
     [
-        ("single", dict(mobility="waypoint")),
+        pytest.param("single", dict(mobility="waypoint"), marks=pytest.mark.slow),
         pytest.param(
             "network",
             dict(mobility="gaussian", link_model="bernoulli", link_failure=0.3),

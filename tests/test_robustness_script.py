@@ -160,6 +160,7 @@ def _check_artifacts(out: Path, axes, methods, seeds) -> list[dict[str, str]]:
     return rows
 
 
+@pytest.mark.slow
 def test_script_tiny_loss_axis(tmp_path):
     """The CLI end to end on one axis, two methods, two seeds: every artifact and every
     method x setting x seed row; Local does not communicate, so per seed its accuracy is the
