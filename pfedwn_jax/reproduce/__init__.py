@@ -6,6 +6,7 @@ Fig. 1, 8, 9) lives in `learning`.
 """
 
 from pfedwn_jax.reproduce.cases import PAPER_GAMMAS, PAPER_WANTED, Case, network20_case, paper_cases
+from pfedwn_jax.reproduce.learning import reproduce
 from pfedwn_jax.reproduce.wireless_figs import (
     FIGURES,
     PRESETS,
@@ -32,5 +33,6 @@ __all__ = [
     "network20_case",
     "paper_cases",
     "preset_config",
+    "reproduce",
     "shared_data_dir",
 ]
