@@ -20,7 +20,7 @@ Wall time on the shared, loaded 2-core CPU, compilation included: case search 5 
   target data clients. The background is the P_err a probe neighbor would have at each
   position (the placed neighbors interfering); it saturates at e^{-2} = 0.135 (docs/wireless.md).
 * Fig. 5 (paper: mean selected count vs |F| 8-20 and PPP density 0.5e-3-7.5e-3 /m^2, one panel
-  per gamma_th, eps 0.05, 100 draws): `scripts/neighbor_selection_sweeps.py`'s grid, 3-D
+  per gamma_th, eps 0.05, 100 draws): `wireless.selection_sweeps`' grid (as the script), 3-D
   surfaces. As the paper: more with |F| (gamma_th 5, density 5e-3: 3.5 / 4.1 / 4.6 at |F| 8 /
   14 / 20), fewer with gamma_th (4.1 / 2.9 / 2.3 at |F| 14), flat beyond ~4e-3 /m^2.
 * Fig. 6 (paper: |M_n| vs |G_n| for several eps (a) and gamma_th at eps 0.05 (b), 20
@@ -39,13 +39,10 @@ Wall time on the shared, loaded 2-core CPU, compilation included: case search 5 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import importlib.util
 import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import jax
@@ -61,6 +58,7 @@ from pfedwn_jax.io import atomic_write_json, atomic_write_text, atomic_write_wit
 from pfedwn_jax.plotting import pyplot, save_figure
 from pfedwn_jax.reproduce.cases import Case, paper_cases
 from pfedwn_jax.wireless import ChannelParams, place_network
+from pfedwn_jax.wireless.selection_sweeps import fig5_grid, fig6_grid
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,18 +195,6 @@ def fig4(
 
 
 # --------------------------------------------------------------------------- Fig. 5 and 6
-@functools.cache
-def sweeps_module() -> ModuleType:
-    """`scripts/neighbor_selection_sweeps.py` (its `fig5_grid`, `fig6_grid`) as a module."""
-    path = Path(__file__).resolve().parents[2] / "scripts" / "neighbor_selection_sweeps.py"
-    if not path.is_file():
-        raise ValueError(f"Fig. 5/6 need the repository's {path} (not found)")
-    spec = importlib.util.spec_from_file_location("neighbor_selection_sweeps", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _sweep_keys(seed: int) -> tuple[jax.Array, jax.Array]:
     """The script's keys: Fig. 5 and Fig. 6 of `--seed seed` (same numbers as the script)."""
     k5, k6 = jax.random.split(jax.random.key(seed))
@@ -240,7 +226,7 @@ def fig5(
     """
     start = time.perf_counter()
     out, p, base = _setup(out_dir, preset, base)
-    grid = sweeps_module().fig5_grid(_sweep_keys(seed)[0], p.fig5_draws, p.max_nodes, base.moments)
+    grid = fig5_grid(_sweep_keys(seed)[0], p.fig5_draws, p.max_nodes, base.moments)
     sel = np.asarray(grid["mean_selected"])  # [gamma, F, density]
     rows = [
         {
@@ -254,13 +240,13 @@ def fig5(
         for fi, f in enumerate(grid["num_subchannels"])
         for di, d in enumerate(grid["density_per_m2"])
     ]
-    files = [_write_csv(out / "fig5.csv", rows), _plot_fig5(out, grid)]
+    files = [_write_csv(out / "fig5.csv", rows), plot_fig5(out, grid)]
     record = {**_sweep_record("fig5", preset, base, seed), "grid": grid, "files": files}
     return _finish(out, "fig5", record, start)
 
 
-def _plot_fig5(out: Path, grid: dict[str, Any]) -> Path | None:
-    """Three 3-D surfaces (one per gamma_th), as the paper's Fig. 5."""
+def plot_fig5(out: Path, grid: dict[str, Any], note: str = "") -> Path | None:
+    """Three 3-D surfaces (one per gamma_th), as the paper's Fig. 5 (`note` ends the title)."""
     plt = pyplot()
     if plt is None:
         return None
@@ -281,7 +267,7 @@ def _plot_fig5(out: Path, grid: dict[str, Any]) -> Path | None:
         )
     fig.suptitle(
         f"Fig. 5: average selected neighbors, eps = {grid['eps']:g}, "
-        f"{grid['draws']} PPP draws per point"
+        f"{grid['draws']} PPP draws per point" + (f", {note}" if note else "")
     )
     fig.tight_layout()
     return save_figure(fig, out / "fig5_subchannels_density.png", dpi=110)
@@ -302,7 +288,7 @@ def fig6(
     """
     start = time.perf_counter()
     out, p, base = _setup(out_dir, preset, base)
-    grid = sweeps_module().fig6_grid(_sweep_keys(seed)[1], p.fig6_draws, base.moments)
+    grid = fig6_grid(_sweep_keys(seed)[1], p.fig6_draws, base.moments)
     m = np.asarray(grid["mean_selected"])  # [eps, gamma, G]
     rows = [
         {
@@ -316,13 +302,14 @@ def fig6(
         for gi, g in enumerate(grid["gamma_th"])
         for ni, n in enumerate(grid["num_neighbors"])
     ]
-    files = [_write_csv(out / "fig6.csv", rows), _plot_fig6(out, grid)]
+    files = [_write_csv(out / "fig6.csv", rows), plot_fig6(out, grid)]
     record = {**_sweep_record("fig6", preset, base, seed), "grid": grid, "files": files}
     return _finish(out, "fig6", record, start)
 
 
-def _plot_fig6(out: Path, grid: dict[str, Any]) -> Path | None:
-    """(a) one curve per eps at gamma_th 5, (b) one per gamma_th at eps 0.05."""
+def plot_fig6(out: Path, grid: dict[str, Any], note: str = "") -> Path | None:
+    """(a) one curve per eps at gamma_th 5, (b) one per gamma_th at eps 0.05 (`note` ends
+    the title)."""
     plt = pyplot()
     if plt is None:
         return None
@@ -346,7 +333,8 @@ def _plot_fig6(out: Path, grid: dict[str, Any]) -> Path | None:
         ax.set(xlabel="|G_n| (neighbors in the area)", ylabel="|M_n| (mean selected)")
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.suptitle(f"Fig. 6: selected vs available neighbors ({grid['draws']} placements each)")
+    title = f"Fig. 6: selected vs available neighbors ({grid['draws']} placements each)"
+    fig.suptitle(title + (f", {note}" if note else ""))
     fig.tight_layout()
     return save_figure(fig, out / "fig6_selected_vs_neighbors.png", dpi=110)
 
