@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 from helpers import TINY_RUN
 
+from pfedwn_jax.cli import main as cli_main
+from pfedwn_jax.cli.run import EXIT_DIVERGED
 from pfedwn_jax.experiment import ExperimentConfig, Result, format_table, run
 from pfedwn_jax.experiment.divergence import LOSS_BOUND, slot_finite
 
@@ -61,11 +63,13 @@ def test_diverged_method_stops_is_saved_and_the_next_runs(tmp_path, caplog):
     assert back.methods["fedprox"]["diverged"] == prox["diverged"]
 
 
-def test_continue_on_divergence_runs_every_round(caplog):
-    cfg = CFG.replace(algorithms=("fedprox",))
-    with caplog.at_level(logging.WARNING, logger="pfedwn_jax"):
-        res = run(cfg, progress=False, on_divergence="continue")
-    assert len(caplog.records) == 1  # reported once, at the first diverged round
+def test_continue_on_divergence_runs_every_round_and_the_cli_exits_3(tmp_path, capsys):
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in TINY_RUN.items()]
+    argv = ["run", *flags, "--algorithms=fedprox", "--hparams=fedprox.mu=1e4", "--quiet"]
+    code = cli_main([*argv, "--no-plot", "--keep-going-on-divergence", f"--out={tmp_path}"])
+    assert code == EXIT_DIVERGED == 3
+    assert "diverged: fedprox (round 1); results written" in capsys.readouterr().err
+    res = Result.load(tmp_path / "results.json")
     prox = res.methods["fedprox"]
     assert prox["diverged"]["round"] == 1 and len(prox["target_accuracy"]) == 3
     assert "diverged @1" in format_table(res)

@@ -18,6 +18,7 @@ from scipy import stats
 
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.reproduce import learning as L
+from pfedwn_jax.reproduce.cases import paper_cases
 from pfedwn_jax.sweeps.result import SweepResult
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,15 +89,18 @@ def test_markdown_table_bolds_the_best_mean_per_column():
 
 
 # ---------------------------------------------------------------------------- cases, input
-def test_fallback_cases_select_the_wanted_number_with_the_first_such_topology():
-    base = ExperimentConfig(algorithms=("local",))
-    cases = L._fallback_cases(base, 10, (4, 3, 2), (5.0, 10.0, 15.0))
-    assert [c.gamma_th for c in cases] == [5.0, 10.0, 15.0]
-    for c, k in zip(cases, (4, 3, 2), strict=True):
-        counts = [L._selected_count(s, 10, c.gamma_th, 0.05) for s in range(c.topology_seed + 1)]
-        assert counts[-1] == k and k not in counts[:-1]
-        cfg = c.config(base)
-        assert (cfg.gamma_th, cfg.topology_seed, cfg.target) == (c.gamma_th, c.topology_seed, 0)
+def test_settings_are_the_paper_cases_the_20_neighbor_case_and_fig1s_full_network():
+    base = ExperimentConfig(algorithms=("local",), num_neighbors=4)
+    sts = {s.name: s.config for s in L.settings(base, ("cases", "n20", "all"))}
+    assert list(sts) == ["Case 1", "Case 2", "Case 3", "20 neighbors", "all clients"]
+    for name, case in zip(("Case 1", "Case 2", "Case 3"), paper_cases(base), strict=True):
+        cfg = sts[name]
+        assert (cfg.gamma_th, cfg.target, cfg.topology_seed) == (
+            case.gamma_th, case.target, case.topology_seed)  # fmt: skip
+        assert cfg.num_neighbors == 10 and cfg.selection
+    assert sts["20 neighbors"].num_neighbors == 20 and sts["20 neighbors"].gamma_th == 10.0
+    full = sts["all clients"]
+    assert not full.selection and full.topology_seed == sts["Case 1"].topology_seed
 
 
 def test_bad_items_and_presets_name_the_allowed_values():

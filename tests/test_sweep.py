@@ -113,6 +113,20 @@ def test_bad_input_fails_before_any_work(kwargs, match):
         sweep(config, progress=False, **kwargs)
 
 
+def test_partition_fields_and_val_fraction_sweep_like_runs():
+    """Partition knobs and `val_fraction` are grid keys: each run equals `run()`; runs with
+    and without a validation split compile apart and the latter get NaN validation rows."""
+    config = ExperimentConfig(**VARIED, algorithms=("local",), pool="train")
+    grid = {"classes_per_client": [2, 3], "val_fraction": [0.0, 0.25]}
+    result = sweep(config, seeds=[0], grid=grid, zip=True, block=2, progress=False)
+    assert result.meta["programs"] == 2
+    specs = expand(config, [0], grid, zip=True)
+    _runs_equal(result, config, specs)
+    val = result.rows["target_val_accuracy"]
+    assert np.isnan(val[result.rows["run"] == 0]).all()
+    assert np.isfinite(val[result.rows["run"] == 1]).all()
+
+
 def test_validation_accuracy_equals_runs_and_ranks_the_grid():
     """With a validation split, each run's per-round target validation accuracy equals
     `run()`'s record, and `summary(metric=...)` ranks the grid on it."""

@@ -9,6 +9,7 @@ Each subcommand lives in its own module exposing `add_parser(subparsers)`; the p
 - exit status 1: an `OSError` during the work (disk full, a directory removed or made
   read-only meanwhile), printed with the path it concerns: the input was fine, the system
   failed, so the status differs from a usage error;
+- exit status 3 (`pfedwn run`): finished and wrote its results, but a method diverged;
 - exit status 130: interrupted (Ctrl-C).
 """
 

@@ -12,6 +12,9 @@ case/dataset (also written to `DIR/table.txt`, with `DIR/cases.json` listing the
 `--out DIR` is checked before any work (it must be, or be creatable as, a writable directory).
 A rerun into the same directory removes the files of `OUTPUTS` a previous run wrote there that
 this run does not write again (a stale `pi_history.png` beside a new `results.json`).
+
+Exit status `EXIT_DIVERGED` (3) when a method diverged (its results are still written; stderr
+names the methods and rounds), so a script notices without reading the table.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ PI_PLOT = "pi_history.png"
 TABLE = "table.txt"
 CASES = "cases.json"
 CHECKPOINT = "checkpoint"  # a directory (pfedwn_jax.experiment.checkpoint)
+EXIT_DIVERGED = 3  # a method diverged; distinct from usage (2) and system (1) errors
 # every file `pfedwn run` writes into an output directory (the checkpoint has its own rules)
 OUTPUTS = (RESULTS, ARRAYS, CURVE, PI_PLOT, TABLE, CASES)
 
@@ -98,7 +102,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--keep-going-on-divergence",
         action="store_true",
-        help="run every round of a method that diverged (default: stop it at that round)",
+        help=(
+            "run every round of a method that diverged (default: stop it at that round); "
+            "either way the exit status is 3 when a method diverged"
+        ),
     )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--no-plot", action="store_true", help="skip the learning-curve PNG")
@@ -363,7 +370,7 @@ def main(args: argparse.Namespace) -> int:
             return 0
         print(format_table(result))
         print(f"total {result.timings['total_s']:.1f} s; wrote " + ", ".join(map(str, written)))
-        return 0
+        return _status([result])
 
     num_datasets = len(_split(getattr(args, "dataset", None)))
     several_cases = len(configs) > num_datasets
@@ -407,4 +414,18 @@ def main(args: argparse.Namespace) -> int:
     remove_stale_outputs(out, [out / TABLE, out / CASES])
     print(text, end="")
     print(f"total {total:.1f} s; wrote {out / TABLE}, {out / CASES} and one directory per case")
-    return 0
+    return _status(results)
+
+
+def _status(results: list[Result]) -> int:
+    """`EXIT_DIVERGED` when a method diverged in any result (named on stderr), else 0."""
+    bad = [
+        f"{name} (round {m['diverged']['round']})"
+        for r in results
+        for name, m in r.methods.items()
+        if m.get("diverged")
+    ]
+    if not bad:
+        return 0
+    print(f"pfedwn run: diverged: {', '.join(bad)}; results written", file=sys.stderr)
+    return EXIT_DIVERGED

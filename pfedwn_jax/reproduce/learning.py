@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from pfedwn_jax.experiment.config import ExperimentConfig
+from pfedwn_jax.reproduce.cases import PAPER_GAMMAS, PAPER_WANTED, network20_case, paper_cases
 from pfedwn_jax.sweeps.result import SweepResult
 
 METHODS = ("local", "fedavg", "fedprox", "perfedavg", "fedamp", "pfedwn")
@@ -133,7 +134,7 @@ def _quick() -> Preset:
             DataSpec("CIFAR-100", _npz("cifar100_exact_subset.npz"), "mlp", 150),
         ),
         base={"rounds": 10, "batch_size": 32, "val_fraction": 0.2, "data_seed": 0},
-        seeds=(0, 1, 2),
+        seeds=(0, 1, 2, 3, 4),
         grids=QUICK_GRID,
         hparams=_FIXED,
         fig1="CIFAR-10",
@@ -144,7 +145,7 @@ def _quick() -> Preset:
             "shared real-data subsets (MNIST 12k, CIFAR-10 6.2k, CIFAR-100 2.0k images), "
             "at most 300 (MNIST) / 150 (CIFAR) samples per client, the MLP for every dataset "
             "(the CNN costs ~2 s per run-round on this CPU), 10 rounds of 1 local epoch, "
-            "3 seeds, a 2-4 point grid per method"
+            "5 seeds, a 2-4 point grid per method"
         ),
     )
 
@@ -192,60 +193,6 @@ def get_preset(name: str | Preset) -> Preset:
     return PRESETS[name]
 
 
-# ---------------------------------------------------------------------------- cases
-class _Case(NamedTuple):
-    """A target case: `config(base)` sets gamma_th, target and topology seed."""
-
-    name: str
-    gamma_th: float
-    target: int
-    topology_seed: int
-
-    def config(self, base: ExperimentConfig) -> ExperimentConfig:
-        return base.replace(
-            gamma_th=self.gamma_th, target=self.target, topology_seed=self.topology_seed
-        )
-
-
-def _selected_count(topology_seed: int, neighbors: int, gamma_th: float, eps: float) -> int:
-    from pfedwn_jax.wireless import error_probability, place_network, select_neighbors
-
-    target, nbrs = place_network(topology_seed, neighbors)
-    perr = error_probability(target, nbrs, gamma_th=gamma_th)
-    return int(np.sum(select_neighbors(perr, eps=eps)))
-
-
-def _fallback_cases(
-    base: ExperimentConfig,
-    neighbors: int = 10,
-    wanted: Sequence[int] = (4, 3, 2),
-    gammas: Sequence[float] = (5.0, 10.0, 15.0),
-    max_seed: int = 64,
-) -> list[_Case]:
-    """Per gamma_th, the first topology seed whose target selects `wanted` neighbors (the
-    default target client); used until `reproduce.cases.paper_cases` is available."""
-    cases = []
-    for i, (k, g) in enumerate(zip(wanted, gammas, strict=True)):
-        seed = next(
-            (s for s in range(max_seed) if _selected_count(s, neighbors, g, base.eps) == k), 0
-        )
-        cases.append(_Case(f"Case {i + 1}", float(g), int(base.target), seed))
-    return cases
-
-
-def paper_cases(base: ExperimentConfig, neighbors: int, wanted, gammas) -> list[Any]:
-    """The cases of `pfedwn_jax.reproduce.cases` where importable, else `_fallback_cases`."""
-    try:
-        from pfedwn_jax.reproduce.cases import paper_cases as cases_of
-    except ImportError:
-        return _fallback_cases(base, neighbors, wanted, gammas)
-    return list(cases_of(base, neighbors=neighbors, wanted=wanted, gammas=gammas))
-
-
-def case_name(case: Any, i: int) -> str:
-    return str(getattr(case, "name", None) or f"Case {i + 1}")
-
-
 # ---------------------------------------------------------------------------- sweeps
 class Setting(NamedTuple):
     """A named network setting of one table column: "Case 1", "20 neighbors", ..."""
@@ -273,20 +220,13 @@ def settings(base: ExperimentConfig, want: Sequence[str]) -> list[Setting]:
     5/10/15 with 4/3/2 selected), "n20" (20 neighbors, gamma_th 10, 3 selected) and "all"
     (Case 1's network with every neighbor in training, no selection: Fig. 1's FL)."""
     out = []
-    ten = paper_cases(base.replace(num_neighbors=10), 10, (4, 3, 2), (5.0, 10.0, 15.0))
+    ten = paper_cases(base, 10, PAPER_WANTED, PAPER_GAMMAS)
     if "cases" in want:
-        for i, c in enumerate(ten):
-            out.append(Setting(case_name(c, i), c.config(base.replace(num_neighbors=10))))
+        out += [Setting(c.name, c.config(base)) for c in ten]
     if "n20" in want:
-        (c20,) = paper_cases(base.replace(num_neighbors=20), 20, (3,), (10.0,))
-        out.append(Setting("20 neighbors", c20.config(base.replace(num_neighbors=20))))
+        out.append(Setting("20 neighbors", network20_case(base).config(base)))
     if "all" in want:
-        out.append(
-            Setting(
-                "all clients",
-                ten[0].config(base.replace(num_neighbors=10)).replace(selection=False),
-            )
-        )
+        out.append(Setting("all clients", ten[0].config(base).replace(selection=False)))
     return out
 
 

@@ -37,13 +37,15 @@ from pfedwn_jax.experiment.runner import Experiment
 
 def program_key(exp: Experiment) -> tuple:
     """What must be equal for two runs to share a compiled program (anything else is padded
-    or an array). Model, data shapes and classes, the schedule, rounds, momentum on/off."""
+    or an array). Model, data shapes and classes, a validation split or none, the schedule,
+    rounds, momentum on/off."""
     c = exp.config
     return (
         c.model,
         exp.data.name,
         int(exp.data.num_classes),
         tuple(int(s) for s in exp.data.train.x.shape[2:]),
+        exp.data.val is None,
         c.batch_size,
         c.local_epochs,
         c.local_steps,

@@ -163,22 +163,17 @@ def init_states(group: Group, name: str, mesh: Mesh) -> Any:
     states = []
     for r, e in enumerate(group.exps):
         hp = e.config.hparams_for(name)
-        states.append(alg.init(e.init_key, _run_context(group, r, mesh), hp))
+        states.append(alg.init(e.init_key, _run_context(group, r), hp))
     return _stacked(states, mesh, pad_ragged=True, share_counters=True)
 
 
-def _run_context(group: Group, r: int, mesh: Mesh) -> Any:
-    """Run `r`'s padded context: its slice of the placed stack; on a mesh over several
-    processes (where run `r`'s rows live on one process only) padded again on the host, which
-    needs no communication."""
-    if mesh.is_multi_process:
-        return pad_context(group.exps[r], group.shapes)[0]
-    return jax.tree.map(
-        lambda ax, a: a if ax is None else a[r],
-        group.ctx_axes,
-        group.ctx,
-        is_leaf=lambda x: x is None,
-    )
+def _run_context(group: Group, r: int) -> Any:
+    """Run `r`'s padded context, padded again on the host rather than sliced from the placed
+    stack: a slice of an array split over devices is a collective program, and dispatching
+    one per run without waiting can fill the CPU client's thread pool with collectives each
+    waiting for a device that gets no thread (XLA aborts after 40 s); on a mesh over several
+    processes run `r`'s rows live on one process only."""
+    return pad_context(group.exps[r], group.shapes)[0]
 
 
 def run_method(
@@ -286,5 +281,5 @@ class Table:
         """Columnar form, rows sorted by (run, method order, round)."""
         if not self.rows:
             return {}
-        keys = list(self.rows[0])
-        return {k: np.asarray([row[k] for row in self.rows]) for k in keys}
+        keys = dict.fromkeys(k for row in self.rows for k in row)  # a run without val: NaN
+        return {k: np.asarray([row.get(k, np.nan) for row in self.rows]) for k in keys}
