@@ -383,6 +383,48 @@ def test_pfedwn_full_em_is_e_step_m_step_then_weighted_training():
     assert np.abs(np.asarray(fixed) - np.asarray(pi)).max() > 1e-3
 
 
+def test_pfedwn_mix_components_mixes_the_fine_tuned_components_when_em_runs():
+    """Round 2 (the EM round after one warm-up round): Eq. 5 over M-step 2's components,
+    written out per (target, neighbor) pair here, then local training; without M-step 2 the
+    components are the received models, so the option changes nothing."""
+    from pfedwn_jax.algorithms.common import local_update
+    from pfedwn_jax.algorithms.pfedwn import _estimate
+
+    ctx = make_ctx([[0, 1, 2, 3], [0, 1], [2, 3], [0, 1]])
+    on = {"mix_components": True, "em_steps": 1, "a": 0.3}
+    warm, _ = run("pfedwn", ctx, 1, on)
+    key = jax.random.PRNGKey(100)  # `run`'s key of its first round
+    got, _ = run("pfedwn", ctx, 1, on, state=warm)
+    default, _ = run("pfedwn", ctx, 1, {**on, "mix_components": False}, state=warm)
+
+    hp = make_hparams(get_algorithm("pfedwn"), on)
+    params = warm.clients.params
+    pi, _, comps = _estimate(params, jax.random.fold_in(key, 0x5EED), ctx, hp, None)
+    pairs = em_pairs(ctx)
+    real = [(p, int(pairs.slot[p]), int(pairs.col[p])) for p in range(len(pairs.valid))
+            if pairs.valid[p]]  # fmt: skip
+
+    def eq5(w, c):
+        w, c = np.asarray(w, np.float64), np.asarray(c, np.float64)
+        out = w.copy()
+        for i in {i for _, i, _ in real}:
+            out[i] = 0.3 * w[i]
+        for p, i, k in real:
+            out[i] += 0.7 * float(pi[i, k]) * c[p]
+        return out.astype(np.float32)
+
+    mixed = jax.tree.map(eq5, params, comps)
+    want, _ = local_update(ctx, warm.clients._replace(params=mixed), key)
+    chex.assert_trees_all_close(got.clients.params, want.params, atol=1e-6)
+    assert max(np.abs(a - b).max() for a, b in zip(leaves(got.clients.params),
+               leaves(default.clients.params), strict=True)) > 1e-4  # fmt: skip
+
+    off = {**on, "component_updates": False}
+    same, _ = run("pfedwn", ctx, 1, off, state=warm)
+    ref, _ = run("pfedwn", ctx, 1, {**off, "mix_components": False}, state=warm)
+    chex.assert_trees_all_equal(same.clients.params, ref.clients.params)
+
+
 # --- statistical (slow) ------------------------------------------------------------------
 
 

@@ -27,7 +27,9 @@ responsibilities are ``[S, K, n]`` per target's own ``n`` samples.
   (M-step 2, ``local_update(..., sample_weight=lambda)``); ``False`` keeps the received models
   fixed. Either way pi is then refined with the components fixed until ``max |delta pi| <
   em_tol`` (``pfedwn_jax.em.estimate_weights``). Components are scratch models: Eq. 5 mixes
-  the neighbors' own models, EM only decides the weights.
+  the neighbors' own models, EM only decides the weights; with ``mix_components=True`` a
+  round that estimates pi mixes the fine-tuned components instead (the other reading of
+  Alg. 1, measured in docs/REPRODUCTION.md).
 - ``floor`` keeps every selected neighbor's weight at least that large.
 
 Records per round: ``pi [S, K]`` (row i: target i's weights over its neighbor list, columns
@@ -80,6 +82,10 @@ class PFedWNHParams:
         for ``k`` neighbors). Default 1e-4 (ours: small, so an unrelated neighbor still gets
         near-zero weight).
       component_epochs: local epochs of each M-step-2 update (ours: 1).
+      mix_components: in a round whose start estimates pi, Eq. 5 mixes the components
+        M-step 2 fine-tuned on the target's data instead of the neighbors' received models
+        (the other reading of Alg. 1); other rounds mix the received models. Default False
+        (the paper's Eq. 5 names the neighbors' models ``w_m``).
     """
 
     a: float = 0.5
@@ -91,6 +97,7 @@ class PFedWNHParams:
     em_tol: float = 1e-5
     floor: float = 1e-4
     component_epochs: int = 1
+    mix_components: bool = False
 
     def __post_init__(self) -> None:
         name = "hparams.pfedwn."
@@ -107,6 +114,7 @@ class PFedWNHParams:
             component_epochs=check_int(
                 name + "component_epochs", self.component_epochs, 1, INT32_MAX
             ),
+            mix_components=check_bool(name + "mix_components", self.mix_components),
         )
 
 
@@ -221,6 +229,18 @@ def estimate_pi(
 
     Returns ``(pi [S, K], trace [em_steps + 2, S, K])`` (prior, each outer step, final).
     """
+    pi, trace, _ = _estimate(params, key, ctx, hp, received)
+    return pi, trace
+
+
+def _estimate(
+    params: Any,
+    key: jax.Array,
+    ctx: RoundContext,
+    hp: PFedWNHParams,
+    received: tuple[Any, jax.Array] | None,
+) -> tuple[jax.Array, jax.Array, Any]:
+    """``estimate_pi`` plus the components after M-step 2 (leaves ``[P, ...]``, pair order)."""
     s = ctx.num_slots
     pairs = em_pairs(ctx)
     nmask = weighed(ctx)[:, 1:]  # [S, K - 1] the EM runs over the neighbor columns
@@ -259,7 +279,23 @@ def estimate_pi(
         losses, smask, nmask, pi, num_iters=hp.em_iters, tol=hp.em_tol, floor=hp.floor
     )
     trace = jnp.concatenate([trace, pi[None]], axis=0)
-    return _with_self_column(pi), _with_self_column(trace)
+    return _with_self_column(pi), _with_self_column(trace), state.params
+
+
+def _components(received: tuple[Any, jax.Array], ctx: RoundContext) -> Any:
+    """The EM components as received (no M-step 2), leaves ``[P, ...]`` in pair order."""
+    pairs = em_pairs(ctx)
+    pool, index = received
+    return take_slots(pool, index[pairs.slot, pairs.col])
+
+
+def _component_pool(params: Any, comps: Any, ctx: RoundContext) -> tuple[Any, jax.Array]:
+    """``(pool, index [S, K])`` for ``mix_sparse``: column 0 the slot's own model, column
+    ``k >= 1`` the component of pair ``(s, k)`` (``concat(params, comps)``)."""
+    s, k = ctx.neighbors.shape
+    pool = jax.tree.map(lambda p, c: jnp.concatenate([p, c.astype(p.dtype)]), params, comps)
+    cols = s + em_pairs(ctx).inverse.reshape(s, k - 1)
+    return pool, jnp.concatenate([jnp.arange(s, dtype=jnp.int32)[:, None], cols], axis=1)
 
 
 def init(key: jax.Array, ctx: RoundContext, hp: PFedWNHParams) -> PFedWNState:
@@ -302,22 +338,42 @@ def _arrived(pi: jax.Array, ctx: RoundContext) -> jax.Array:
     return jnp.where(total > 0, kept / jnp.where(total > 0, total, 1.0), 0.0)
 
 
+def _weights_and_models(
+    state: PFedWNState,
+    key: jax.Array,
+    ctx: RoundContext,
+    hp: PFedWNHParams,
+    received: tuple[Any, jax.Array],
+) -> tuple[jax.Array, jax.Array, tuple[Any, jax.Array]]:
+    """``(pi, trace, (pool, index))``: the round's weights, re-estimated when EM is due, and
+    the models Eq. 5 mixes (the received ones, or with ``mix_components`` the components)."""
+    if ctx.neighbors.shape[1] == 1:  # nobody has a neighbor: pFedWN is local training
+        return state.pi, state.pi_trace, received
+    params, due = state.clients.params, _em_now(state.rounds_done, ctx, hp)
+    if not hp.mix_components:
+        pi, trace = jax.lax.cond(
+            due,
+            lambda: estimate_pi(params, key, ctx, hp, received),
+            lambda: (state.pi, state.pi_trace),
+        )
+        return pi, trace, received
+    pi, trace, comps = jax.lax.cond(
+        due,
+        lambda: _estimate(params, key, ctx, hp, received),
+        lambda: (state.pi, state.pi_trace, _components(received, ctx)),
+    )
+    return pi, trace, _component_pool(params, comps, ctx)
+
+
 def _round(state: PFedWNState, key: jax.Array, ctx: RoundContext, hp: PFedWNHParams):
     # training uses `key` itself, exactly as Local does (so a = 1 reproduces Local bit for bit)
     em_key, train_key = jax.random.fold_in(key, 0x5EED), key
     params = state.clients.params
     received = neighbor_models(params, ctx)
-    if ctx.neighbors.shape[1] > 1:
-        pi, trace = jax.lax.cond(
-            _em_now(state.rounds_done, ctx, hp),
-            lambda: estimate_pi(params, em_key, ctx, hp, received),
-            lambda: (state.pi, state.pi_trace),
-        )
-    else:  # nobody has a neighbor: pFedWN is local training
-        pi, trace = state.pi, state.pi_trace
+    pi, trace, mixed = _weights_and_models(state, em_key, ctx, hp, received)
     apply = ctx.is_target & (state.rounds_done >= hp.warmup_rounds)
     weights = aggregation_weights(_arrived(pi, ctx), hp.a, apply)
-    clients = state.clients._replace(params=mix_sparse(*received, weights, shards=ctx.shards))
+    clients = state.clients._replace(params=mix_sparse(*mixed, weights, shards=ctx.shards))
     clients, metrics = local_update(ctx, clients, train_key)
     return PFedWNState(
         clients=clients,
