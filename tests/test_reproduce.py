@@ -19,6 +19,7 @@ from scipy import stats
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.reproduce import learning as L
 from pfedwn_jax.reproduce.cases import paper_cases
+from pfedwn_jax.reproduce.paper_numbers import PAPER_MAX
 from pfedwn_jax.sweeps.result import SweepResult
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,6 +87,16 @@ def test_markdown_table_bolds_the_best_mean_per_column():
 
     text = L.markdown_table([row("local", 90.0), row("pfedwn", 95.0)], "max")
     assert "| pfedwn | **95.0 ± 1.0** |" in text and "| local | 90.0 ± 1.0 |" in text
+    side = L.markdown_table([row("local", 90.0), row("pfedwn", 95.0)], "max", PAPER_MAX)
+    assert "| local | 98.3 / 90.0 ± 1.0 |" in side  # Table II, Case 1 MNIST, Local
+    assert "| pfedwn | 98.4 / **95.0 ± 1.0** |" in side
+
+
+def test_paper_numbers_are_the_printed_tables():
+    assert len(PAPER_MAX) == 9 + 3 and all(len(v) == 6 for v in PAPER_MAX.values())
+    assert PAPER_MAX[("Case 1", "CIFAR-10")]["fedavg"] == 16.0  # the text's "falls to 16.0%"
+    assert PAPER_MAX[("Case 2", "CIFAR-100")]["pfedwn"] == 58.8
+    assert PAPER_MAX[("20 neighbors", "CIFAR-10")]["fedamp"] == 58.1
 
 
 # ---------------------------------------------------------------------------- cases, input
@@ -151,6 +162,14 @@ def test_small_preset_writes_tables_and_fig8(tmp_path):
     assert np.allclose(pi[-1].sum(), 1.0, atol=1e-5)  # estimated weights sum to one
     assert (tmp_path / "sweeps" / "mnist_pfedwn" / "rows.csv").is_file()
     assert "Table II" in (tmp_path / "REPORT.md").read_text()
+
+
+def test_fig7_shows_the_capped_partition_the_runs_train_on(tmp_path):
+    tiny = L.PRESETS["tiny"]  # embedded MNIST, at most 40 samples per client
+    rec = L._wireless("fig7", tmp_path, tiny)
+    assert rec["config"]["max_samples_per_client"] == 40 and rec["config"]["dataset"] is None
+    counts = np.loadtxt(tmp_path / "fig7_counts.csv", delimiter=",", skiprows=1, dtype=int)
+    assert counts[:, -1].max() == 40 and (counts[:, 1:-1].sum(1) == counts[:, -1]).all()
 
 
 @pytest.mark.slow

@@ -28,6 +28,7 @@ import numpy as np
 
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.reproduce.cases import PAPER_GAMMAS, PAPER_WANTED, network20_case, paper_cases
+from pfedwn_jax.reproduce.paper_numbers import PAPER_MAX
 from pfedwn_jax.sweeps.result import SweepResult
 
 METHODS = ("local", "fedavg", "fedprox", "perfedavg", "fedamp", "pfedwn")
@@ -476,8 +477,14 @@ def cell(row: Mapping[str, Any], stat: str) -> str:
     return f"{m:.1f}" if not np.isfinite(hi) else f"{m:.1f} ± {hi - m:.1f}"
 
 
-def markdown_table(rows: Sequence[Mapping[str, Any]], stat: str) -> str:
-    """Methods x (case, dataset) in the paper's layout; the best mean per column in bold."""
+def markdown_table(
+    rows: Sequence[Mapping[str, Any]],
+    stat: str,
+    paper: Mapping[tuple[str, str], Mapping[str, float]] | None = None,
+) -> str:
+    """Methods x (case, dataset) in the paper's layout; the best mean per column in bold.
+    With `paper` (`paper_numbers.PAPER_MAX`) a cell reads `paper / ours` where the paper
+    has the number."""
     cols = list(dict.fromkeys((r["case"], r["dataset"]) for r in rows))
     methods = list(dict.fromkeys(r["method"] for r in rows))
     at = {(r["method"], r["case"], r["dataset"]): r for r in rows}
@@ -493,7 +500,9 @@ def markdown_table(rows: Sequence[Mapping[str, Any]], stat: str) -> str:
             r = at.get((m, *c))
             text = "" if r is None else cell(r, stat)
             bold = r is not None and r[f"{stat}_mean"] == best[c]
-            cells.append(f"**{text}**" if bold else text)
+            text = f"**{text}**" if bold else text
+            theirs = (paper or {}).get(c, {}).get(m)
+            cells.append(text if theirs is None or r is None else f"{theirs:.1f} / {text}")
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -631,13 +640,16 @@ def parse_items(only: str | Sequence[str] | None) -> tuple[str, ...]:
     return tuple(i for i in ALL_ITEMS if i in names)
 
 
-def _wireless(item: str, out: Path, preset: str) -> dict[str, Any]:
-    """A wireless figure of `reproduce.wireless_figs` (another module), or a note if absent."""
-    try:
-        from pfedwn_jax.reproduce import wireless_figs
-    except ImportError:
-        return {"skipped": "pfedwn_jax.reproduce.wireless_figs is not available"}
-    return dict(getattr(wireless_figs, item)(out, preset))
+def _wireless(item: str, out: Path, p: Preset) -> dict[str, Any]:
+    """A wireless figure of `reproduce.wireless_figs`. Fig. 7 shows the partition the runs
+    of Fig. 8's dataset train on (the preset's sample cap included)."""
+    from pfedwn_jax.reproduce import wireless_figs
+
+    if item != "fig7":
+        return dict(wireless_figs.FIGURES[item](out, p.name))
+    spec = next(s for s in p.datasets if s.label == p.fig8)
+    base = dataset_base(p, spec, "local")
+    return dict(wireless_figs.fig7(out, p.name, base=base))
 
 
 def reproduce(
@@ -655,7 +667,7 @@ def reproduce(
     wall: dict[str, float] = {}
     for item in (i for i in items if i in WIRELESS_ITEMS):
         t0 = time.perf_counter()
-        done[item] = _wireless(item, out, p.name)
+        done[item] = _wireless(item, out, p)
         wall[item] = time.perf_counter() - t0
     rows: list[dict[str, Any]] = []
     if any(i in LEARNING_ITEMS for i in items):
@@ -685,12 +697,9 @@ def _learning_outputs(items, rows, sweeps, p: Preset, out: Path, wall) -> dict[s
 
 def _artifacts(done: Mapping[str, Any], out: Path) -> list[str]:
     """One Markdown line per item: its files (`files`, else its path values) relative to
-    `out`, or why it was skipped."""
+    `out`."""
     lines = []
     for item, arts in done.items():
-        if "skipped" in arts:
-            lines.append(f"- {item}: skipped ({arts['skipped']})")
-            continue
         paths = arts.get("files") or [v for v in arts.values() if isinstance(v, str | Path)]
         files = [os.path.relpath(v, out) for v in paths]
         lines.append(f"- {item}: " + ", ".join(f"`{f}`" for f in files))
@@ -731,9 +740,10 @@ def write_report(
     for title, sel in tables:
         if not sel:
             continue
-        for stat, what in (("max", "max over rounds (the paper's metric)"),
-                           ("last", f"mean of the last {p.window} rounds")):  # fmt: skip
-            text += [f"## {title}: {what}", "", markdown_table(sel, stat), ""]
+        last = f"ours, mean of the last {p.window} rounds"
+        for stat, what, ref in (("max", "max over rounds: paper / ours", PAPER_MAX),
+                                ("last", last, None)):  # fmt: skip
+            text += [f"## {title}: {what}", "", markdown_table(sel, stat, ref), ""]
     if rows:
         text += ["## Chosen hyperparameters", "", chosen_table(rows), ""]
     text += ["## Artifacts", "", *_artifacts(done, out), ""]
