@@ -67,6 +67,38 @@ def test_choose_uses_validation_not_test_and_matches_hand_statistics():
         assert row[f"{key}_ci_high"] - row[f"{key}_mean"] == pytest.approx(half, rel=1e-4)
 
 
+def _acc_sweep(acc, variant=None):
+    """Two rounds per seed; round 2's target accuracy is `acc[seed]` (round 1: 0)."""
+    cols = {"seed": [], "case": [], "lr": [], "method": [], "round": [], "target_accuracy": []}
+    for seed, a in enumerate(acc):
+        for r in (1, 2):
+            for k, v in zip(cols, (seed, "A", 0.1, "pfedwn", r, a if r == 2 else 0.0),
+                            strict=True):  # fmt: skip
+                cols[k].append(v)
+    if variant is not None:
+        cols["variant"] = [variant] * len(cols["seed"])
+    n = len(cols["seed"])
+    cols.update(run=cols["seed"], target_loss=[1.0] * n, mean_client_accuracy=[0.5] * n,
+                diverged=[False] * n)  # fmt: skip
+    swept = ("case", "lr") + (() if variant is None else ("variant",))
+    return SweepResult({k: np.asarray(v) for k, v in cols.items()}, swept, {})
+
+
+def test_paired_variants_difference_per_seed_by_hand():
+    sweeps = {("D", "pfedwn"): (_acc_sweep([0.5, 0.6, 0.7]), []),
+              ("D", "pfedwn variants"): (_acc_sweep([0.6, 0.6, 0.9], "v1"), [])}  # fmt: skip
+    rows = [{"dataset": "D", "case": "A", "method": "pfedwn", "chosen": {"lr": 0.1}},
+            {"dataset": "D", "case": "A", "method": "pfedwn (v1)", "variant": "v1",
+             "chosen": {"lr": 0.1}}]  # fmt: skip
+    (pair,) = L.paired_variants(rows, sweeps, window=1)
+    diffs = np.array([10.0, 0.0, 20.0])
+    assert pair["diffs"] == pytest.approx(diffs, abs=1e-4) and pair["n"] == 3
+    assert pair["diff_mean"] == pytest.approx(10.0, abs=1e-4)
+    half = stats.t.ppf(0.975, 2) * diffs.std(ddof=1) / np.sqrt(3)
+    assert pair["diff_half_width"] == pytest.approx(half, rel=1e-4)
+    assert "| v1 | +10.0 ± 24.8 |" in L.paired_table([pair])
+
+
 def test_best_ranks_nan_lowest_and_keeps_the_first_of_ties():
     entries = [{"last_mean": np.nan}, {"last_mean": 0.5}, {"last_mean": 0.7}, {"last_mean": 0.7}]
     assert L._best(entries) is entries[2]
@@ -190,6 +222,8 @@ def test_tiny_preset_end_to_end_through_the_script(tmp_path):
     _check_table(tmp_path / "table3.csv", tiny)
     methods = [r["method"] for r in _csv_rows(tmp_path / "table2.csv")]
     assert sum(m.startswith("pfedwn (") for m in methods) == 3 * 3  # EM variants x cases
+    pairs = json.loads((tmp_path / "em_variants.json").read_text())["pairs"]
+    assert len(pairs) == 3 * 3 and all(p["n"] == len(tiny.seeds) for p in pairs)
     report = (tmp_path / "REPORT.md").read_text()
     assert "Table III" in report and "Chosen hyperparameters" in report
 

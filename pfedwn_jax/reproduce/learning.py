@@ -384,7 +384,9 @@ def variant_name(em_every: int, mix_components: bool) -> str:
     return f"em_every={em_every}, mix {'components' if mix_components else 'received'}"
 
 
-def run_variants(preset: Preset, spec: DataSpec, out: Path) -> list[dict[str, Any]]:
+def run_variants(
+    preset: Preset, spec: DataSpec, out: Path
+) -> tuple[list[dict[str, Any]], tuple[SweepResult, list[dict]]]:
     """pFedWN's non-default EM variants as extra Table II rows, each tuned on its own over
     pFedWN's grid on the validation split, like every method (a variant evaluated at the
     default's chosen point would favour the default)."""
@@ -402,8 +404,57 @@ def run_variants(preset: Preset, spec: DataSpec, out: Path) -> list[dict[str, An
     rows = choose(res, list(grid), preset.window, label)
     for r in rows:
         r["config"] = chosen_config(vruns, r)
-        r["method"] = f"pfedwn ({r.pop('variant')})"
-    return rows
+        r["method"] = f"pfedwn ({r['variant']})"
+    return rows, (res, vruns)
+
+
+def _seed_scores(res: SweepResult, cond: Mapping[str, Any], window: int) -> dict[int, float]:
+    """Per seed, the mean target test accuracy (%) of the last `window` rounds of the runs
+    matching `cond` (one run per seed)."""
+    rows = res.select({k: [v] for k, v in cond.items()}).rows
+    last = rows["round"] > rows["round"].max() - window
+    seeds = np.unique(rows["seed"])
+    return {int(s): 100 * float(rows["target_accuracy"][last & (rows["seed"] == s)].mean())
+            for s in seeds}  # fmt: skip
+
+
+def paired_variants(rows, sweeps, window: int) -> list[dict[str, Any]]:
+    """Each EM variant row against the default pFedWN row of its dataset and case: the mean
+    and 95% Student-t half-width over seeds of the per-seed difference of the last-`window`
+    test accuracy (%), each at its own chosen point. Same seeds, so the pairing removes the
+    seed-to-seed spread that the tables' intervals carry."""
+    from pfedwn_jax.sweeps.result import student_t_ppf
+
+    out = []
+    for v in (r for r in rows if "variant" in r):
+        d, c = v["dataset"], v["case"]
+        ref = _row(rows, d, c, "pfedwn")
+        mine = _seed_scores(sweeps[(d, "pfedwn variants")][0],
+                            {"case": c, "variant": v["variant"], "method": "pfedwn",
+                             **v["chosen"]}, window)  # fmt: skip
+        base = _seed_scores(sweeps[(d, "pfedwn")][0],
+                            {"case": c, "method": "pfedwn", **ref["chosen"]}, window)  # fmt: skip
+        diff = np.asarray([mine[s] - base[s] for s in sorted(mine) if s in base])
+        half = (student_t_ppf(0.975, diff.size - 1) * diff.std(ddof=1) / np.sqrt(diff.size)
+                if diff.size > 1 else np.nan)  # fmt: skip
+        out.append({"dataset": d, "case": c, "variant": v["variant"], "n": int(diff.size),
+                    "diff_mean": float(diff.mean()), "diff_half_width": float(half),
+                    "diffs": diff.round(4).tolist()})  # fmt: skip
+    return out
+
+
+def paired_table(pairs: Sequence[Mapping[str, Any]]) -> str:
+    """Markdown: variants x (case, dataset), cells `+d ± h` (points of accuracy)."""
+    cols = list(dict.fromkeys((r["case"], r["dataset"]) for r in pairs))
+    at = {(r["variant"], r["case"], r["dataset"]): r for r in pairs}
+    lines = ["| variant - default | " + " | ".join(f"{c} {d}" for c, d in cols) + " |"]
+    lines.append("|---" * (len(cols) + 1) + "|")
+    for name in dict.fromkeys(r["variant"] for r in pairs):
+        cells = [at.get((name, *c)) for c in cols]
+        text = [("" if r is None else f"{r['diff_mean']:+.1f} ± {r['diff_half_width']:.1f}")
+                for r in cells]  # fmt: skip
+        lines.append(f"| {name} | " + " | ".join(text) + " |")
+    return "\n".join(lines)
 
 
 def run_tables(
@@ -427,7 +478,8 @@ def run_tables(
             sweeps[(spec.label, m)] = (res, runs)
             log(f"{spec.label} {m}: {res.num_runs} runs in {res.meta['wall_s']:.0f} s")
         if "table2" in items and spec.label in preset.variants:
-            rows += run_variants(preset, spec, out)
+            new, sweeps[(spec.label, "pfedwn variants")] = run_variants(preset, spec, out)
+            rows += new
             log(f"{spec.label} pFedWN EM variants done")
     return rows, sweeps
 
@@ -586,7 +638,7 @@ def fig9(rows, sweeps, preset: Preset, out: Path) -> dict[str, Path]:
     ten = list(dict.fromkeys(cases))[1]  # Case 2: gamma_th = 10, as the 20-neighbor network
     panels = {ten: {}, "20 neighbors": {}}
     for (lab, m), (res, _) in sweeps.items():
-        if lab == label:
+        if lab == label and m in METHODS:
             for case in panels:
                 panels[case][m] = _curve(res, _row(rows, label, case, m), "target_accuracy")
     flat = {f"{case}|{m}": c for case, p in panels.items() for m, c in p.items()}
@@ -670,13 +722,26 @@ def reproduce(
         done[item] = _wireless(item, out, p)
         wall[item] = time.perf_counter() - t0
     rows: list[dict[str, Any]] = []
+    pairs: list[dict[str, Any]] = []
     if any(i in LEARNING_ITEMS for i in items):
         t0 = time.perf_counter()
         rows, sweeps = run_tables(p, items, out, log)
         wall["sweeps"] = time.perf_counter() - t0
         done.update(_learning_outputs(items, rows, sweeps, p, out, wall))
-    report = write_report(out, p, items, done, rows, wall)
+        pairs = paired_variants(rows, sweeps, p.window)
+        if pairs:
+            done["em_variants"] = {"json": _write_pairs(out, pairs, p.window)}
+    report = write_report(out, p, items, done, rows, wall, pairs)
     return {"items": done, "wall_s": wall, "tables": rows, "report": report}
+
+
+def _write_pairs(out: Path, pairs: Sequence[Mapping[str, Any]], window: int) -> Path:
+    from pfedwn_jax.io import atomic_write_json
+
+    doc = {"schema": "pfedwn-reproduce-em-variants/1", "window": window,
+           "unit": "points of % target test accuracy (variant - default, per seed)",
+           "pairs": list(pairs)}  # fmt: skip
+    return atomic_write_json(out / "em_variants.json", _finite(doc))
 
 
 def _learning_outputs(items, rows, sweeps, p: Preset, out: Path, wall) -> dict[str, Any]:
@@ -712,7 +777,13 @@ def _sweep_seconds(rows: Sequence[Mapping[str, Any]]) -> float:
 
 
 def write_report(
-    out: Path, p: Preset, items, done, rows: Sequence[Mapping[str, Any]], wall
+    out: Path,
+    p: Preset,
+    items,
+    done,
+    rows: Sequence[Mapping[str, Any]],
+    wall,
+    pairs: Sequence[Mapping[str, Any]] = (),
 ) -> Path:
     """`out/REPORT.md`: preset, wall times, the tables (max and last-5 with 95% intervals),
     the chosen hyperparameters and the artifact list."""
@@ -744,6 +815,10 @@ def write_report(
         for stat, what, ref in (("max", "max over rounds: paper / ours", PAPER_MAX),
                                 ("last", last, None)):  # fmt: skip
             text += [f"## {title}: {what}", "", markdown_table(sel, stat, ref), ""]
+    if pairs:
+        text += [f"## pFedWN EM variants: paired difference to the default (last {p.window} "
+                 "rounds, points; mean ± 95% half-width over seeds)", "",
+                 paired_table(pairs), ""]  # fmt: skip
     if rows:
         text += ["## Chosen hyperparameters", "", chosen_table(rows), ""]
     text += ["## Artifacts", "", *_artifacts(done, out), ""]
