@@ -113,6 +113,7 @@ def test_bad_input_fails_before_any_work(kwargs, match):
         sweep(config, progress=False, **kwargs)
 
 
+@pytest.mark.slow
 def test_partition_fields_and_val_fraction_sweep_like_runs():
     """Partition knobs and `val_fraction` are grid keys: each run equals `run()`; runs with
     and without a validation split compile apart and the latter get NaN validation rows."""
