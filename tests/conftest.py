@@ -61,3 +61,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def toy_model():
     """The engine tests' MLP for `helpers.SHAPE` images and `helpers.CLASSES` classes."""
     return get_model("mlp", CLASSES, SHAPE)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _fresh_jax_caches():
+    """Drop JAX's compiled executables after each test module. Without this the full slow
+    tier (one process, thousands of compiled programs) segfaulted inside XLA:CPU's compiler
+    at the same test three times out of three, while that test passes in any smaller run;
+    with it the tier passes. Our guess, not verified: a per-process resource that every live
+    executable holds (code mappings; the kernel allows 65,530). Modules rarely share
+    programs, so little is recompiled."""
+    yield
+    jax.clear_caches()
