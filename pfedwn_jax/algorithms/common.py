@@ -207,8 +207,13 @@ def neighbor_models(params: Any, ctx: RoundContext) -> tuple[Any, jax.Array]:
     if links is None or getattr(links, "cache", None) is None:
         return params, ctx.neighbors
     links.sink.sent.append(params)
-    pool = jax.tree.map(lambda p, c: jnp.concatenate([p, c.astype(p.dtype)]), params, links.cache)
-    return pool, links.source
+    return append_slots(params, links.cache), links.source
+
+
+def append_slots(params: Any, extra: Any) -> Any:
+    """``params [S, ...]`` followed by ``extra [E, ...]`` (cast to params' dtypes), leaf by
+    leaf: a pool ``[S + E, ...]`` for ``mix_sparse`` indices."""
+    return jax.tree.map(lambda p, e: jnp.concatenate([p, e.astype(p.dtype)]), params, extra)
 
 
 def neighbor_distances(

@@ -50,6 +50,7 @@ import numpy as np
 from pfedwn_jax._checks import INT32_MAX, check_bool, check_float, check_int, set_fields
 from pfedwn_jax.algorithms.base import Algorithm, RoundContext, register
 from pfedwn_jax.algorithms.common import (
+    append_slots,
     check_shape,
     check_square,
     eval_own,
@@ -282,18 +283,11 @@ def _estimate(
     return _with_self_column(pi), _with_self_column(trace), state.params
 
 
-def _components(received: tuple[Any, jax.Array], ctx: RoundContext) -> Any:
-    """The EM components as received (no M-step 2), leaves ``[P, ...]`` in pair order."""
-    pairs = em_pairs(ctx)
-    pool, index = received
-    return take_slots(pool, index[pairs.slot, pairs.col])
-
-
 def _component_pool(params: Any, comps: Any, ctx: RoundContext) -> tuple[Any, jax.Array]:
     """``(pool, index [S, K])`` for ``mix_sparse``: column 0 the slot's own model, column
     ``k >= 1`` the component of pair ``(s, k)`` (``concat(params, comps)``)."""
     s, k = ctx.neighbors.shape
-    pool = jax.tree.map(lambda p, c: jnp.concatenate([p, c.astype(p.dtype)]), params, comps)
+    pool = append_slots(params, comps)
     cols = s + em_pairs(ctx).inverse.reshape(s, k - 1)
     return pool, jnp.concatenate([jnp.arange(s, dtype=jnp.int32)[:, None], cols], axis=1)
 
@@ -338,17 +332,20 @@ def _arrived(pi: jax.Array, ctx: RoundContext) -> jax.Array:
     return jnp.where(total > 0, kept / jnp.where(total > 0, total, 1.0), 0.0)
 
 
-def _weights_and_models(
+def _estimate_and_mix(
     state: PFedWNState,
     key: jax.Array,
     ctx: RoundContext,
     hp: PFedWNHParams,
     received: tuple[Any, jax.Array],
-) -> tuple[jax.Array, jax.Array, tuple[Any, jax.Array]]:
-    """``(pi, trace, (pool, index))``: the round's weights, re-estimated when EM is due, and
-    the models Eq. 5 mixes (the received ones, or with ``mix_components`` the components)."""
+    mixed: Any,
+) -> tuple[jax.Array, jax.Array, Any]:
+    """``(pi, trace, params)``: the round's weights, re-estimated when EM is due, and Eq. 5
+    (``mixed(pi, (pool, index))``) over the received models, or with ``mix_components`` in
+    an EM round over M-step 2's components (other rounds gather no components)."""
+    keep = lambda: (state.pi, state.pi_trace, mixed(state.pi, received))
     if ctx.neighbors.shape[1] == 1:  # nobody has a neighbor: pFedWN is local training
-        return state.pi, state.pi_trace, received
+        return keep()
     params, due = state.clients.params, _em_now(state.rounds_done, ctx, hp)
     if not hp.mix_components:
         pi, trace = jax.lax.cond(
@@ -356,24 +353,27 @@ def _weights_and_models(
             lambda: estimate_pi(params, key, ctx, hp, received),
             lambda: (state.pi, state.pi_trace),
         )
-        return pi, trace, received
-    pi, trace, comps = jax.lax.cond(
-        due,
-        lambda: _estimate(params, key, ctx, hp, received),
-        lambda: (state.pi, state.pi_trace, _components(received, ctx)),
-    )
-    return pi, trace, _component_pool(params, comps, ctx)
+        return pi, trace, mixed(pi, received)
+
+    def em() -> tuple[jax.Array, jax.Array, Any]:
+        pi, trace, comps = _estimate(params, key, ctx, hp, received)
+        return pi, trace, mixed(pi, _component_pool(params, comps, ctx))
+
+    return jax.lax.cond(due, em, keep)
 
 
 def _round(state: PFedWNState, key: jax.Array, ctx: RoundContext, hp: PFedWNHParams):
     # training uses `key` itself, exactly as Local does (so a = 1 reproduces Local bit for bit)
     em_key, train_key = jax.random.fold_in(key, 0x5EED), key
-    params = state.clients.params
-    received = neighbor_models(params, ctx)
-    pi, trace, mixed = _weights_and_models(state, em_key, ctx, hp, received)
+    received = neighbor_models(state.clients.params, ctx)
     apply = ctx.is_target & (state.rounds_done >= hp.warmup_rounds)
-    weights = aggregation_weights(_arrived(pi, ctx), hp.a, apply)
-    clients = state.clients._replace(params=mix_sparse(*mixed, weights, shards=ctx.shards))
+
+    def mixed(pi: jax.Array, models: tuple[Any, jax.Array]) -> Any:  # Eq. 5
+        weights = aggregation_weights(_arrived(pi, ctx), hp.a, apply)
+        return mix_sparse(*models, weights, shards=ctx.shards)
+
+    pi, trace, params = _estimate_and_mix(state, em_key, ctx, hp, received, mixed)
+    clients = state.clients._replace(params=params)
     clients, metrics = local_update(ctx, clients, train_key)
     return PFedWNState(
         clients=clients,
