@@ -3,7 +3,7 @@
 Every node is a target with its own neighbors (candidate lists: the 10 nearest, interference
 within 100 m plus the mean-field tail, the demo's node density), pFedWN and FedAvg, logistic
 regression, the small MLP and the CNN. Each (N, model, method) runs in a fresh subprocess, so
-its peak memory (`ru_maxrss`) is its own; before running, the memory plan (`sweeps.memory`)
+its peak memory (`ru_maxrss`) is its own; before running, the memory plan (`runner.memory`)
 says whether one run fits this machine, and a case that does not is recorded as stopped, with
 the plan's message. Each row notes the 1-minute load average when it started (a shared machine).
 
@@ -41,10 +41,10 @@ def one_case(nodes: int, model: str, method: str, rounds: int, plan_only: bool =
     """Set up and run one network-mode experiment in this process; its measurements
     (`plan_only`: set up and ask the memory plan, run nothing)."""
     import jax
+    from pfedwn_jax.experiment.runner import setup
 
     from pfedwn_jax import ExperimentConfig, use_cpu_devices
-    from pfedwn_jax.experiment.runner import setup
-    from pfedwn_jax.sweeps import memory
+    from pfedwn_jax.runner import memory
 
     use_cpu_devices()
     load = os.getloadavg()[0]
@@ -89,8 +89,9 @@ def one_case(nodes: int, model: str, method: str, rounds: int, plan_only: bool =
             "stopped": f"memory plan: needs {need:.1f} GiB > 80% of the {have:.1f} GiB "
             f"available (largest part: {est.largest()})",
         }
-    from pfedwn_jax.algorithms import hparam_values
     from pfedwn_jax.experiment.runner import compile_round, get_algorithm, init_state
+
+    from pfedwn_jax.algorithms import hparam_values
 
     alg, hp = get_algorithm(method), config.hparams_for(method)
     state = init_state(exp, alg, hp)

@@ -75,7 +75,7 @@ def interrupted_then_resumed(ckpt: Path) -> Any:
         raise AssertionError("the run was not interrupted")
     except KeyboardInterrupt:
         pass
-    assert (ckpt / "state").is_dir()  # orbax steps (`experiment.checkpoint`)
+    assert (ckpt / "state").is_dir()  # orbax steps (`runner.checkpoint`)
     return run(config(), progress=False, shards=4, checkpoint=ckpt, resume=True)
 
 
@@ -84,13 +84,14 @@ def check_split() -> str:
     process holds 2 slots on each of its 2 devices, the rest lives on the other's); a line."""
     import jax
 
-    from pfedwn_jax.algorithms import get_algorithm
-    from pfedwn_jax.experiment import runner
+    from pfedwn_jax.experiment.setup import setup
+    from pfedwn_jax.runner.api import default_mesh
+    from pfedwn_jax.runner.groups import init_states, make_group
 
-    cfg = config()
-    exp = runner.setup(cfg, 4)
-    state = runner.init_state(exp, get_algorithm("fedavg"), cfg.hparams_for("fedavg"))
-    split = [a for a in jax.tree.leaves(state) if a.shape[:1] == (8,)]
+    exp = setup(config())
+    mesh = default_mesh([exp], 4)
+    state, _ = init_states(make_group([0], [exp], mesh), "fedavg", mesh)
+    split = [a for a in jax.tree.leaves(state) if a.shape[1:2] == (8,)]
     assert split and all(not a.is_fully_addressable for a in split)
     rows = sorted({len(s.data) for a in split for s in a.addressable_shards})
     assert rows == [2], rows

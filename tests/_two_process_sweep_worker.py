@@ -43,34 +43,34 @@ def reference() -> dict[str, np.ndarray]:
 
 
 def stop_at(block: int) -> Any:
-    """Make the sweep raise KeyboardInterrupt when its table is handed block number `block`;
-    returns the original `Table.add_block` (to put back)."""
-    from pfedwn_jax.sweeps import runner
+    """Make the sweep raise KeyboardInterrupt when its table is handed the `block`-th block of
+    one run; returns the original `Table.add_block` (to put back)."""
+    from pfedwn_jax.results.table import Table
 
-    add_block, calls = runner.Table.add_block, []
+    add_block, calls = Table.add_block, []
 
-    def interrupted(self: Any, *args: Any) -> None:
+    def interrupted(self: Any, *args: Any, **kwargs: Any) -> int:
         calls.append(1)
         if len(calls) == block:
             raise KeyboardInterrupt(f"stopped at block {block}")
-        add_block(self, *args)
+        return add_block(self, *args, **kwargs)
 
-    runner.Table.add_block = interrupted
+    Table.add_block = interrupted
     return add_block
 
 
 def interrupted_then_resumed(mesh: Any, ckpt: Path) -> Any:
-    """The sweep stopped at its 4th block (pfedwn's 2nd round, after pfedwn's 1st round's
-    state was saved), then resumed from `ckpt`."""
+    """The sweep stopped in pfedwn's 2nd round (after pfedwn's 1st round's state was saved:
+    local's 2 rounds and pfedwn's first of 4 runs came before), then resumed from `ckpt`."""
     from pfedwn_jax import state_store
-    from pfedwn_jax.sweeps import runner
+    from pfedwn_jax.results.table import Table
 
-    add_block = stop_at(4)
+    add_block = stop_at(2 * len(SEEDS) + len(SEEDS) + 1)
     try:
         run_sweep(mesh, checkpoint=ckpt)
         raise AssertionError("the sweep was not interrupted")
     except KeyboardInterrupt:
-        runner.Table.add_block = add_block
+        Table.add_block = add_block
     step = state_store.latest(ckpt / "state")
     shards = sorted(p.name for p in (ckpt / "state" / str(step) / "state").glob("ocdbt.process_*"))
     assert shards == ["ocdbt.process_0", "ocdbt.process_1"], shards  # each wrote its runs

@@ -66,7 +66,7 @@ def copy(tree):
 
 def jit_round(alg, hp):
     """The round compiled once (as the runner does), context passed as a pytree argument."""
-    return jax.jit(lambda state, key, ctx: alg.round(state, key, ctx, hp))
+    return jax.jit(lambda state, key, ctx: alg.round(state, key, ctx, hp)[0])
 
 
 def run_rounds(name, ctx, rounds, hp_overrides=None, seed=0):

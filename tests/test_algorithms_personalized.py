@@ -73,7 +73,7 @@ def make_ctx(classes_per_client, adjacency=None, is_target=None, *, lr=0.1) -> R
 @functools.cache
 def compiled_round(name, hp):
     alg = get_algorithm(name)
-    return jax.jit(lambda state, key, ctx: alg.round(state, key, ctx, hp))
+    return jax.jit(lambda state, key, ctx: alg.round(state, key, ctx, hp)[0])
 
 
 def run(name, ctx, rounds, overrides=None, state=None):

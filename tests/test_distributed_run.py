@@ -100,15 +100,12 @@ def test_split_round_gathers_with_collectives():
     """The compiled round of a run split over 2 devices moves neighbor models between the
     blocks with XLA collectives (all-gather / collective-permute), not host copies; on one
     device it has none."""
-    from pfedwn_jax.algorithms import get_algorithm
-    from pfedwn_jax.experiment import runner
+    from pfedwn_jax.runner.api import compiled_block
 
     config = run_worker.config()
-    alg, hp = get_algorithm("fedavg"), config.hparams_for("fedavg")
     counts = {}
     for shards in (1, 2):
-        exp = runner.setup(config, shards)
-        compiled, _ = runner.compile_round(exp, alg, hp, runner.init_state(exp, alg, hp))
+        compiled = compiled_block(config, "fedavg", shards=shards)
         ops = r"\b(all-gather|all-reduce|collective-permute|all-to-all|reduce-scatter)"
         counts[shards] = collections.Counter(re.findall(ops, compiled.as_text()))
     assert not counts[1], counts[1]

@@ -14,9 +14,9 @@ from helpers import TINY_RUN
 import pfedwn_jax
 from pfedwn_jax import experiment
 from pfedwn_jax.experiment import ExperimentConfig, Result, build_federation, run
-from pfedwn_jax.experiment import runner as runner_mod
 from pfedwn_jax.experiment.federation import network_perr
 from pfedwn_jax.io import atomic_open, atomic_write_text
+from pfedwn_jax.runner import api as runner_api
 
 # tiny and fast: logistic regression, 4 clients, 3 rounds
 TINY = {**TINY_RUN, "algorithms": ("local", "fedavg", "fedprox")}
@@ -71,7 +71,7 @@ def test_model_that_does_not_fit_fails_before_compiling(tmp_path, monkeypatch):
     def no_compile(*args, **kwargs):
         raise AssertionError("compiled a round for a bad config")
 
-    monkeypatch.setattr(runner_mod, "_step", no_compile)
+    monkeypatch.setattr(runner_api, "execute_runs", no_compile)
     cfg = ExperimentConfig(**{**TINY, "model": "cnn", "dataset": f"npz:{path}", "partition": "iid"})
     with pytest.raises(ValueError, match="model"):
         run(cfg, progress=False)

@@ -17,8 +17,9 @@ from pfedwn_jax import io
 from pfedwn_jax.cli import describe_os_error, main
 from pfedwn_jax.cli import run as cli_run
 from pfedwn_jax.experiment import ExperimentConfig, format_table, run
-from pfedwn_jax.experiment import runner as runner_mod
 from pfedwn_jax.experiment.report import RESUMED_NOTE
+from pfedwn_jax.runner import api as runner_api
+from pfedwn_jax.runner import progress as progress_mod
 
 TINY = {**TINY_RUN, "algorithms": ("local", "fedavg")}
 TINY_FLAGS = ["--model", "logreg", "--num-neighbors", "3", "--gamma-th", "1", "--eps", "0.5"]
@@ -118,7 +119,7 @@ def test_neighbors_and_data_show_check_their_outputs_first(tmp_path, capsys, mon
 
 
 def test_run_api_checks_the_checkpoint_path_first(tmp_path, monkeypatch):
-    monkeypatch.setattr(runner_mod, "setup", None)  # never reached
+    monkeypatch.setattr(runner_api, "setup_runs", None)  # never reached
     f = tmp_path / "file"
     f.write_text("x")
     with pytest.raises(ValueError, match=r"checkpoint .* lies under the file"):
@@ -214,7 +215,7 @@ def test_remove_stale_temps_reports_and_tolerates_a_missing_dir(tmp_path):
 # --------------------------------------------------------------------------- logs
 def test_progress_is_plain_lines_when_stderr_is_not_a_terminal(capsys):
     cfg = ExperimentConfig(**{**TINY, "algorithms": ("local",), "rounds": 3})
-    run(cfg, progress=True)
+    run(cfg, progress=True, block=1)
     err = capsys.readouterr().err
     lines = [ln.strip() for ln in err.splitlines() if "round" in ln]
     assert [ln.split(",")[0] for ln in lines] == [f"local: round {r}/3" for r in (1, 2, 3)]
@@ -222,7 +223,7 @@ def test_progress_is_plain_lines_when_stderr_is_not_a_terminal(capsys):
 
 
 def test_line_progress_prints_every_tenth_and_the_last(capsys):
-    bar = runner_mod.LineProgress("fedavg", total=25, initial=3)
+    bar = progress_mod.LineProgress("fedavg", total=25, initial=3)
     for _ in range(22):
         bar.update(1)
         bar.set_postfix(target_acc="0.500")
@@ -234,12 +235,12 @@ def test_line_progress_prints_every_tenth_and_the_last(capsys):
 
 
 def test_progress_bar_on_a_terminal_is_tqdm(monkeypatch):
-    monkeypatch.setattr(runner_mod.sys.stderr, "isatty", lambda: True, raising=False)
-    bar = runner_mod._progress_bar("local", 3, 0, True)
+    monkeypatch.setattr(progress_mod.sys.stderr, "isatty", lambda: True, raising=False)
+    bar = progress_mod.progress_bar("local", 3, 0, True)
     bar.close()
-    assert isinstance(bar, runner_mod.tqdm)
-    quiet = runner_mod._progress_bar("local", 3, 0, False)
-    assert isinstance(quiet, runner_mod.tqdm) and quiet.disable
+    assert isinstance(bar, progress_mod.tqdm)
+    quiet = progress_mod.progress_bar("local", 3, 0, False)
+    assert isinstance(quiet, progress_mod.tqdm) and quiet.disable
 
 
 def _interrupt_at(method: str, rounds: int):
@@ -255,7 +256,7 @@ def _interrupt_at(method: str, rounds: int):
 def test_resumed_method_time_is_marked_in_result_and_table(tmp_path):
     ckpt, cfg = tmp_path / "ckpt.npz", ExperimentConfig(**TINY)
     with pytest.raises(KeyboardInterrupt):  # as if killed after fedavg's round 2 of 3
-        run(cfg, progress=False, checkpoint=ckpt, callback=_interrupt_at("fedavg", 2))
+        run(cfg, progress=False, checkpoint=ckpt, block=1, callback=_interrupt_at("fedavg", 2))
     res = run(cfg, progress=False, checkpoint=ckpt, resume=True)
     local, fedavg = res.methods["local"]["timings"], res.methods["fedavg"]["timings"]
     assert "resumed_at" not in local and fedavg["resumed_at"] == [2]

@@ -11,7 +11,7 @@ import pfedwn_jax
 from pfedwn_jax import ExperimentConfig
 from pfedwn_jax.experiment.federation import channel_params, network_perr
 from pfedwn_jax.experiment.links import begin_round, end_round, init_track, reselect
-from pfedwn_jax.experiment.runner import setup
+from pfedwn_jax.experiment.setup import setup
 
 BASE = {**TINY_RUN, "rounds": 2, "num_neighbors": 6, "gamma_th": 5.0, "eps": 0.1}
 
@@ -49,12 +49,13 @@ def _rounds(config: ExperimentConfig, n: int):
     """`n` rounds of the runner's link halves alone (no algorithm): the per-round records."""
     exp = setup(config)
     params = {"w": np.zeros((exp.ctx.num_slots, 1), np.float32)}
-    track = init_track(exp.init_key, exp.ctx, params)
+    track = init_track(jax.random.wrap_key_data(exp.init_key), exp.ctx, params)
+    root = jax.random.wrap_key_data(exp.round_root)
     out = []
     for r in range(n):
-        key = exp.round_key(r)
+        key = jax.random.fold_in(root, r)
         ctx, rec, drawn = begin_round(exp.ctx, track, key)
-        track, _ = end_round(ctx, track, drawn, key)
+        track, _ = end_round(ctx, track, drawn, None, key)
         out.append(jax.tree.map(np.asarray, rec))
     return exp, out
 

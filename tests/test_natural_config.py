@@ -14,7 +14,7 @@ import pytest
 from pfedwn_jax.cli import main
 from pfedwn_jax.data import ALL_SCHEMES
 from pfedwn_jax.experiment import ExperimentConfig, run
-from pfedwn_jax.experiment.runner import load_data
+from pfedwn_jax.experiment.setup import load_data
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist_10k_2k.npz"
 if not SHARED.is_file():  # a worktree beside the repository: the repository's ../shared
@@ -65,7 +65,7 @@ def test_every_scheme_of_the_data_package_is_accepted():
 @pytest.mark.slow
 def test_natural_partition_gives_each_client_one_whole_writer(writers_npz):
     name, x, y, writer = writers_npz
-    data = load_data(ExperimentConfig(dataset=name, partition="natural", num_neighbors=9))
+    data, _ = load_data(ExperimentConfig(dataset=name, partition="natural", num_neighbors=9))
     sums = x.reshape(1000, -1).sum(1)
     seen = set()
     for labels, pix in _clients(data):
@@ -83,7 +83,7 @@ def test_max_samples_per_client_keeps_a_subset_of_each_writer(writers_npz):
         dataset=name, partition="natural", num_neighbors=9, max_samples_per_client=24
     )
     sums = x.reshape(1000, -1).sum(1)
-    for labels, pix in _clients(load_data(cfg)):
+    for labels, pix in _clients(load_data(cfg)[0]):
         assert 20 <= len(labels) <= 24
         # the samples all come from one writer (whose block holds every one of them)
         owners = {w for w in set(writer.tolist()) if not Counter(pix) - Counter(sums[writer == w])}

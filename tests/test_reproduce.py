@@ -233,7 +233,7 @@ def test_a_saved_sweep_with_the_same_runs_is_read_back_not_rerun(tmp_path, monke
                             max_samples_per_client=30, val_fraction=0.2, data_seed=0)  # fmt: skip
     sts = [L.Setting("A", base)]
     first, _ = L.run_settings(sts, {"lr": (0.1,)}, (0,), cache=tmp_path)
-    import pfedwn_jax.sweeps.api as api
+    import pfedwn_jax.runner.api as api
 
     def boom(*a, **k):
         raise AssertionError("ran again")

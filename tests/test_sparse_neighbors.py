@@ -43,7 +43,7 @@ from pfedwn_jax.engine import (
 )
 from pfedwn_jax.experiment import ExperimentConfig, run
 from pfedwn_jax.models import get_model
-from pfedwn_jax.sweeps.batch import pad_lists
+from pfedwn_jax.runner.batch import pad_lists
 
 REFERENCE = Path(__file__).parent / "data" / "sparse_reference.json"
 # in-degrees 0, 3, 1, 2, 2, 0 (+ self): uneven, two rows without neighbors
@@ -195,7 +195,7 @@ def test_pfedwn_em_equals_a_dense_em(component_updates):
     s = 6
     local = get_algorithm("local")
     state = local.init(jax.random.PRNGKey(0), ctx, make_hparams(local))
-    params = local.round(state, jax.random.PRNGKey(1), ctx, None).clients.params
+    params = local.round(state, jax.random.PRNGKey(1), ctx, None)[0].clients.params
     hp = make_hparams(
         get_algorithm("pfedwn"), {"em_steps": 1, "component_updates": component_updates}
     )
@@ -297,7 +297,7 @@ def test_a_thousand_nodes_in_network_mode():
     for name in ("fedavg", "pfedwn"):
         alg = get_algorithm(name)
         hp = make_hparams(alg, {"em_steps": 1, "warmup_rounds": 0} if name == "pfedwn" else None)
-        step = jax.jit(lambda st, k, c, alg=alg, hp=hp: alg.round(st, k, c, hp))
+        step = jax.jit(lambda st, k, c, alg=alg, hp=hp: alg.round(st, k, c, hp)[0])
         state = step(alg.init(jax.random.PRNGKey(0), ctx, hp), jax.random.PRNGKey(1), ctx)
         leaves = jax.tree.leaves(state)
         assert all(np.all(np.isfinite(np.asarray(a))) for a in leaves)

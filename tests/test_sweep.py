@@ -9,8 +9,8 @@ from helpers import TINY_RUN
 import pfedwn_jax
 from pfedwn_jax import ExperimentConfig
 from pfedwn_jax.algorithms import available_algorithms
+from pfedwn_jax.results.table import Table
 from pfedwn_jax.sweeps import expand, run_config, sweep
-from pfedwn_jax.sweeps import runner as sweep_runner
 
 # topology seeds 0 and 3 select 2 and 3 of the 5 neighbors: runs of different slot counts
 # share one program (padded slots); the data seeds differ too (padded samples)
@@ -73,19 +73,19 @@ def test_blocks_odd_runs_and_grouped_shapes():
 def test_resume_after_interruption_gives_the_same_numbers(tmp_path, monkeypatch):
     config = ExperimentConfig(**{**VARIED, "rounds": 3}, algorithms=("local", "pfedwn"))
     kwargs = dict(seeds=[0, 1], block=1, progress=False, checkpoint=tmp_path / "ck")
-    full = sweep(config, **kwargs)
-    add_block, calls = sweep_runner.Table.add_block, []
+    full = sweep(config, **{**kwargs, "checkpoint": None})
+    add_block, calls = Table.add_block, []
 
-    def interrupted(self, *args):
+    def interrupted(self, *args, **kwargs):
         calls.append(1)
-        if len(calls) == 5:  # mid-way through pfedwn's rounds (blocks 1-3 are local's)
+        if len(calls) == 9:  # pfedwn's second block (local's 3 blocks x 2 runs came first)
             raise KeyboardInterrupt
-        return add_block(self, *args)
+        return add_block(self, *args, **kwargs)
 
-    monkeypatch.setattr(sweep_runner.Table, "add_block", interrupted)
+    monkeypatch.setattr(Table, "add_block", interrupted)
     with pytest.raises(KeyboardInterrupt):
         sweep(config, **kwargs)
-    monkeypatch.setattr(sweep_runner.Table, "add_block", add_block)
+    monkeypatch.setattr(Table, "add_block", add_block)
     resumed = sweep(config, **kwargs, resume=True)
     for key in ("run", "method", "round", "target_accuracy", "target_loss"):
         np.testing.assert_array_equal(resumed.rows[key], full.rows[key], err_msg=key)
@@ -94,7 +94,7 @@ def test_resume_after_interruption_gives_the_same_numbers(tmp_path, monkeypatch)
 def test_resume_of_another_sweep_is_refused(tmp_path):
     config = ExperimentConfig(**{**VARIED, "rounds": 1}, algorithms=("local",))
     sweep(config, seeds=[0], progress=False, checkpoint=tmp_path)
-    with pytest.raises(ValueError, match="another sweep"):
+    with pytest.raises(ValueError, match="different config"):
         sweep(config, seeds=[1], progress=False, checkpoint=tmp_path, resume=True)
 
 
@@ -137,10 +137,52 @@ def test_validation_accuracy_equals_runs_and_ranks_the_grid():
     for spec in expand(config, [0], grid):
         own = pfedwn_jax.run(run_config(config, spec), progress=False)
         sel = result.rows["run"] == spec.index
-        want = np.asarray(own.records("local", "target_val_acc"))
+        want = np.asarray(own.methods["local"]["target_val_accuracy"])
         np.testing.assert_allclose(result.rows["target_val_accuracy"][sel], want, atol=1e-6)
     by_val = result.summary(metric="target_val_accuracy")
     assert [e["lr"] for e in by_val] == [0.05, 0.5]
     assert not np.allclose(
         [e["final_mean"] for e in by_val], [e["final_mean"] for e in result.summary()]
     )
+
+
+def _links_and_mobility():
+    config = ExperimentConfig(
+        **{**VARIED, "rounds": 3},
+        algorithms=("local", "pfedwn"),
+        link_model="bernoulli",
+        stale=True,
+        mobility="waypoint",
+        reselect_every=2,
+    )
+    grid = {"link_failure": [0.0, 0.3], "speed": [0.0, 2.0]}
+    return config, grid
+
+
+def test_stale_links_and_mobility_sweep_like_runs_and_keep_pi():
+    """Stale links, a lossy link model and moving nodes inside one sweep (one program, no
+    `run()`), pFedWN's pi kept per round for every run; runs equal their own `run()`."""
+    config, grid = _links_and_mobility()
+    result = sweep(config, seeds="0-1", grid=grid, records=("pi",), progress=False)
+    assert result.meta["programs"] == 1 and result.num_runs == 8
+    specs = expand(config, "0-1", grid)
+    for spec in specs:
+        pi = result.record("pi", spec.index, "pfedwn")
+        assert pi.shape[0] == 3 and np.all(np.isfinite(pi))
+    for spec in (specs[3], specs[4]):  # link_failure 0.3 without motion; 0.0 with speed 2
+        own = pfedwn_jax.run(run_config(config, spec), progress=False)
+        for name in config.method_names:
+            sel = (result.rows["run"] == spec.index) & (result.rows["method"] == name)
+            np.testing.assert_allclose(
+                result.rows["target_accuracy"][sel], own.target_accuracy(name), atol=1e-6
+            )
+        np.testing.assert_allclose(
+            result.record("pi", spec.index, "pfedwn"), own.records("pfedwn", "pi"), atol=1e-6
+        )
+
+
+@pytest.mark.slow
+def test_stale_links_and_mobility_sweep_equals_every_run():
+    config, grid = _links_and_mobility()
+    result = sweep(config, seeds="0-1", grid=grid, progress=False)
+    _runs_equal(result, config, expand(config, "0-1", grid))

@@ -1,4 +1,4 @@
-"""The memory plan (`pfedwn_jax.sweeps.memory`): estimate against XLA, plan arithmetic.
+"""The memory plan (`pfedwn_jax.runner.memory`): estimate against XLA, plan arithmetic.
 
 References: the bytes of the arrays `init_state` and `setup` really allocate (exact parts),
 XLA's own `memory_analysis()` of the compiled round (the whole estimate, within a stated
@@ -7,6 +7,7 @@ factor), hand-computed liveness and plan cases.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import jax
@@ -16,14 +17,14 @@ import optax
 import pytest
 from helpers import TINY_RUN
 
-from pfedwn_jax.algorithms import available_algorithms, get_algorithm, hparam_values
+from pfedwn_jax.algorithms import available_algorithms, get_algorithm, hparam_leaves
 from pfedwn_jax.data import DEFAULT_DATASET, load_dataset
 from pfedwn_jax.engine import local_train
 from pfedwn_jax.experiment import ExperimentConfig
-from pfedwn_jax.experiment.runner import init_state, jitted_step, setup
+from pfedwn_jax.experiment.setup import setup
 from pfedwn_jax.models import get_model
-from pfedwn_jax.sweeps import memory
-from pfedwn_jax.sweeps.memory import (
+from pfedwn_jax.runner import memory
+from pfedwn_jax.runner.memory import (
     MemoryEstimate,
     available_bytes,
     estimate,
@@ -32,6 +33,7 @@ from pfedwn_jax.sweeps.memory import (
     sample_bytes,
     tree_bytes,
 )
+from pfedwn_jax.runner.step import init_state, jitted_round
 
 # Accepted ratio estimate / XLA (the estimate is meant to err on the large side).
 LOW, HIGH = 0.5, 3.0
@@ -56,16 +58,17 @@ def small_config(tmp_path_factory) -> ExperimentConfig:
 @pytest.fixture(scope="module")
 def exp(small_config):
     """The experiment on one device (XLA's numbers are then those of the whole run)."""
-    return setup(small_config, shards=1)
+    e = setup(small_config)
+    return dataclasses.replace(e, ctx=e.ctx.replace(shards=1))
 
 
 def _xla(exp, name: str) -> tuple[int, int]:
     """(bytes of the compiled round: arguments + temporaries + outputs not aliased to an
     argument, temporaries alone) from XLA's `memory_analysis`."""
-    alg, hp = get_algorithm(name), exp.config.hparams_for(name)
-    state = init_state(exp, alg, hp)
-    args = (state, exp.round_root, exp.ctx, exp.test, hparam_values(hp))
-    lowered = jitted_step(alg, hp).lower(*args)
+    alg, hp = get_algorithm(name), hparam_leaves(exp.config.hparams_for(name))
+    key = jax.random.wrap_key_data(exp.init_key)
+    state = init_state(alg, hp, key, exp.ctx)
+    lowered = jitted_round(alg).lower(hp, state, key, exp.ctx, (exp.test, None))
     m = lowered.compile().memory_analysis()
     out = m.output_size_in_bytes - m.alias_size_in_bytes
     return m.argument_size_in_bytes + m.temp_size_in_bytes + out, m.temp_size_in_bytes
@@ -92,7 +95,8 @@ def test_training_chunk_against_xla(exp):
     estimate's difference between chunk=4 and chunk=1 (local's largest phase: training)."""
     ctx = exp.ctx.replace(batch_size=64)
     local = get_algorithm("local")
-    clients = init_state(exp, local, exp.config.hparams_for("local")).clients
+    key = jax.random.wrap_key_data(exp.init_key)
+    clients = init_state(local, exp.config.hparams_for("local"), key, exp.ctx).alg.clients
 
     def temp(strategy):
         fn = lambda s, k: local_train(
@@ -106,7 +110,7 @@ def test_training_chunk_against_xla(exp):
             strategy=strategy,
             shards=1,
         )
-        return jax.jit(fn).lower(clients, exp.round_root).compile().memory_analysis()
+        return jax.jit(fn).lower(clients, key).compile().memory_analysis()
 
     xla = temp("vmap").temp_size_in_bytes - temp("map").temp_size_in_bytes
     one, four = (estimate(ctx, exp.test, "local", chunk=c) for c in (1, 4))
@@ -142,7 +146,9 @@ def test_state_and_data_parts_are_exact(exp):
     """Parameters, optimizer state (momentum: one buffer per parameter) and data equal the
     bytes of the arrays the runner allocates."""
     ctx = exp.ctx.replace(optimizer=optax.sgd(0.1, momentum=0.9))
-    state = get_algorithm("fedprox").init(exp.init_key, ctx, exp.config.hparams_for("fedprox"))
+    state = get_algorithm("fedprox").init(
+        jax.random.wrap_key_data(exp.init_key), ctx, exp.config.hparams_for("fedprox")
+    )
     nbytes = lambda tree: sum(np.asarray(a).nbytes for a in jax.tree.leaves(tree))
     data = nbytes(ctx) + nbytes(exp.test)
     shared = estimate(ctx, exp.test, "fedprox")
@@ -157,7 +163,7 @@ def test_pfedwn_counts_its_state_and_em_pairs(exp):
     """pFedWN's own state (pi, pi_trace, ...) is in `algorithm`; its EM runs over every list
     entry, S (K - 1) pairs, whether the context holds arrays or only shapes."""
     hp = exp.config.hparams_for("pfedwn")
-    state = get_algorithm("pfedwn").init(exp.init_key, exp.ctx, hp)
+    state = get_algorithm("pfedwn").init(jax.random.wrap_key_data(exp.init_key), exp.ctx, hp)
     nbytes = lambda tree: sum(np.asarray(a).nbytes for a in jax.tree.leaves(tree))
     est = estimate(exp.ctx, exp.test, "pfedwn", hp)
     assert est.algorithm > nbytes(state) - nbytes(state.clients)

@@ -14,7 +14,7 @@ from pfedwn_jax.data import make_federated
 from pfedwn_jax.data.federate import class_options, split_validation
 from pfedwn_jax.data.partition import partition
 from pfedwn_jax.experiment import ExperimentConfig, run
-from pfedwn_jax.experiment.runner import load_data
+from pfedwn_jax.experiment.setup import load_data
 
 DATA = indexed_dataset(n_train=400, n_test=100, classes=5)
 
@@ -86,7 +86,7 @@ def test_max_classes_bounds_the_papers_class_draw():
 
 def test_config_partition_options_reach_the_data():
     cfg = ExperimentConfig(**TINY_RUN, pool="train", classes_per_client=2, val_fraction=0.2)
-    data = load_data(cfg)
+    data, _ = load_data(cfg)
     total = sum(int(np.asarray(cd.count).sum()) for cd in (data.train, data.val, data.test))
     assert total == 6000  # the embedded MNIST's train split only (the union has 7,000)
     assert class_options("paper", 2) == {"max_classes": 2}
@@ -112,14 +112,15 @@ def test_bad_partition_options_are_value_errors(overrides, match):
 def test_runner_records_validation_accuracy_per_round():
     cfg = ExperimentConfig(**{**TINY_RUN, "rounds": 2}, algorithms=("local",), val_fraction=0.25)
     res = run(cfg, progress=False)
-    val_acc = res.records("local", "val_acc")  # [R, S]
+    entry = res.methods["local"]
+    val_acc = np.asarray(entry["client_val_accuracy"])  # [R, S]
     target = np.asarray(res.network["is_target"])
     assert val_acc.shape == (2, len(target))
-    np.testing.assert_allclose(res.records("local", "target_val_acc"), val_acc[:, target].mean(1))
+    np.testing.assert_allclose(entry["target_val_accuracy"], val_acc[:, target].mean(1))
     counts = np.asarray(res.data["val_counts"])[np.asarray(res.network["slot_client"])]
     np.testing.assert_allclose(val_acc * counts, np.round(val_acc * counts), atol=1e-4)
     assert 0.3 < val_acc[-1, target].mean() <= 1.0  # learned something, on held-out samples
-    # val_fraction = 0 adds no record: tests/test_golden.py compares the record names
+    # val_fraction = 0 adds no entry: tests/test_golden.py compares the entries' names
 
 
 def test_cli_flags_set_the_partition_options():

@@ -24,8 +24,12 @@ the neighbor lists and ``is_target``.
   shared initial model, as FL does). Everything an algorithm needs across rounds (round
   counter, pi, anchors) lives in the state, so a checkpoint of the state is a complete resume
   point. Do not keep Python scalars in the state: every leaf must be an array.
-- ``round(state, key, ctx, hp) -> state``: one communication round (local training plus
-  aggregation, in the algorithm's order). ``key`` is fresh per round.
+- ``round(state, key, ctx, hp) -> (state, sent)``: one communication round (local training
+  plus aggregation, in the algorithm's order). ``key`` is fresh per round. ``sent`` is what
+  the round produced for others: the models ``[S, ...]`` the slots sent their neighbors (the
+  ``params`` given to ``neighbor_models``), or None when nothing is sent (Local). The runner
+  keeps a failed link's last delivered copy from it (``stale`` links); nothing leaves a
+  round any other way.
 - ``eval_params(state, ctx, hp) -> params [S, ...]``: the personalised model each slot is
   evaluated with on its own data client's test split (after every round).
 - ``records(state, ctx, hp) -> dict[str, array]`` or ``None``: extra per-round values (e.g.
@@ -34,16 +38,17 @@ the neighbor lists and ``is_target``.
   as a list over rounds of nested lists (``array.tolist()``), so any fixed-shape float/int
   array works.
 
-**Hyperparameters.** ``Algorithm.hparams`` is a frozen dataclass whose fields all have defaults
-(documented in its docstring with their source). It validates itself in ``__post_init__``
-with ``pfedwn_jax._checks`` and field names as the config spells them, e.g.
-``"hparams.fedprox.mu"``, and stores the normalised values (``2.0 -> 2``).
-The runner builds it with ``make_hparams(alg, overrides)`` from the config's
-``hparams[name]`` dict (unknown keys are a ValueError listing the fields). The instance is
-hashable. Its ``float`` fields are *dynamic*: the runner passes them into the compiled round
-as arrays (``hparam_values`` / ``bind_hparams``), so one program serves every value (a sweep
-vmaps over them) and an algorithm must use them as numbers (``jnp`` arithmetic, no Python
-``if hp.mu == 0``). Every other field (int, bool, str) is static: closed over at compile time.
+**Hyperparameters.** ``Algorithm.hparams`` is a class decorated with ``hparams`` (a frozen
+dataclass and a pytree) whose fields all have defaults (documented in its docstring with
+their source). Its fields are leaves of the compiled round, passed in as arrays (one program
+serves every value; a sweep vmaps over them), unless declared ``static(default)``: a value
+that changes the program (a loop length, a switch, a mode), part of the tree definition. An
+algorithm uses the leaves as numbers (``jnp`` arithmetic, no Python ``if hp.mu == 0``). The
+class validates itself in ``__post_init__`` with ``pfedwn_jax._checks`` and field names as
+the config spells them, e.g. ``"hparams.fedprox.mu"``, and stores the normalised values
+(``2.0 -> 2``); a tree rebuilt from leaves is not validated again. The runner builds it with
+``make_hparams(alg, overrides)`` from the config's ``hparams[name]`` dict (unknown keys are a
+ValueError listing the fields).
 
 **Registration.** A module defines its ``Algorithm`` and calls ``register(ALG)`` at import;
 ``pfedwn_jax.algorithms`` imports every built-in algorithm module, so ``get_algorithm(name)``
@@ -191,15 +196,10 @@ class Algorithm(NamedTuple):
     name: str
     hparams: type
     init: Callable[..., Any]  # (key, ctx, hp) -> state
-    round: Callable[..., Any]  # (state, key, ctx, hp) -> state
+    round: Callable[..., Any]  # (state, key, ctx, hp) -> (state, sent)
     eval_params: Callable[..., Any]  # (state, ctx, hp) -> params [S, ...]
     records: Callable[..., dict[str, jax.Array]] | None = None  # (state, ctx, hp) -> dict
     description: str = ""
-
-
-@dataclasses.dataclass(frozen=True)
-class NoHParams:
-    """Hyperparameters of a method that has none beyond the shared training settings."""
 
 
 _REGISTRY: dict[str, Algorithm] = {}
@@ -209,8 +209,10 @@ def register(alg: Algorithm) -> Algorithm:
     """Add ``alg`` to the registry (idempotent for the same object; a clash is an error)."""
     if not isinstance(alg, Algorithm):
         raise TypeError(f"register expects an Algorithm, got {type(alg).__name__}")
-    if not dataclasses.is_dataclass(alg.hparams):
-        raise TypeError(f"{alg.name}: hparams must be a dataclass type")
+    if not dataclasses.is_dataclass(alg.hparams) or not hasattr(alg.hparams, "dynamic_fields"):
+        raise TypeError(
+            f"{alg.name}: hparams must be a class decorated with pfedwn_jax.algorithms.hparams"
+        )
     old = _REGISTRY.get(alg.name)
     if old is not None and old is not alg:
         raise ValueError(f"algorithm {alg.name!r} is already registered")
@@ -257,33 +259,61 @@ def make_hparams(alg: Algorithm, overrides: Mapping[str, Any] | None = None) -> 
     return alg.hparams(**overrides)
 
 
-def dynamic_fields(hp_type: type) -> tuple[str, ...]:
-    """The ``float`` fields of a hyperparameter dataclass: passed to compiled rounds as arrays."""
-    return tuple(f.name for f in dataclasses.fields(hp_type) if f.type in ("float", float))
+def hparams(cls: type) -> type:
+    """Class decorator of an algorithm's hyperparameters: a frozen dataclass and a pytree.
 
-
-def hparam_values(hp: Any) -> dict[str, jax.Array]:
-    """``{field: float32 array}`` of ``hp``'s dynamic fields (the leaves a compiled round takes)."""
-    return {k: jax.numpy.float32(getattr(hp, k)) for k in dynamic_fields(type(hp))}
-
-
-def bind_hparams(hp: Any, values: Mapping[str, Any]) -> Any:
-    """A copy of ``hp`` whose dynamic fields are ``values`` (arrays or tracers).
-
-    Skips ``__post_init__``: the values were validated when ``hp`` (or each run's own
-    hyperparameters) was built; tracers cannot be checked.
+    Every field is a leaf of the compiled program (one program serves every value, a sweep
+    vmaps over them) unless declared ``static(default)``: a choice that changes the program
+    (an int loop length, a bool, a string), held in the tree's definition. The leaves must be
+    used as numbers (``jnp`` arithmetic, no Python ``if hp.mu == 0``). ``__post_init__``
+    validates a user's values; rebuilding the tree from leaves (tracers, stacked arrays) does
+    not call it again, so validation never sees a tracer.
     """
-    out = object.__new__(type(hp))
-    for f in dataclasses.fields(hp):
-        object.__setattr__(out, f.name, values.get(f.name, getattr(hp, f.name)))
-    return out
+    cls = dataclasses.dataclass(frozen=True)(cls)
+    fields = dataclasses.fields(cls)
+    data = tuple(f.name for f in fields if f.metadata.get("pytree_node", True))
+    meta = tuple(f.name for f in fields if not f.metadata.get("pytree_node", True))
+
+    def flatten(hp: Any) -> tuple[tuple, tuple]:
+        children = tuple((jax.tree_util.GetAttrKey(n), getattr(hp, n)) for n in data)
+        return children, tuple(getattr(hp, n) for n in meta)
+
+    def unflatten(static: tuple, leaves: Any) -> Any:
+        out = object.__new__(cls)
+        for name, value in (*zip(meta, static, strict=True), *zip(data, leaves, strict=True)):
+            object.__setattr__(out, name, value)
+        return out
+
+    jax.tree_util.register_pytree_with_keys(cls, flatten, unflatten)
+    cls.dynamic_fields = data
+    return cls
+
+
+def static(default: Any) -> Any:
+    """A static field of a ``hparams`` class (or of any ``flax.struct`` dataclass): part of
+    the compiled program, not an argument of it."""
+    return flax.struct.field(pytree_node=False, default=default)
+
+
+def dynamic_fields(hp_type: type) -> tuple[str, ...]:
+    """The fields of a ``hparams`` class that are leaves of the compiled program."""
+    return tuple(getattr(hp_type, "dynamic_fields", ()))
+
+
+def hparam_leaves(hp: Any) -> Any:
+    """``hp`` with its leaves as host arrays (floats as float32): what a program takes."""
+    return jax.tree.map(lambda v: np.asarray(v, np.float32 if isinstance(v, float) else None), hp)
 
 
 def static_hparams(hp: Any) -> Any:
-    """``hp`` with its dynamic fields at their defaults: equal for hyperparameters that share
-    a compiled program (a cache and grouping key)."""
-    defaults = {f.name: f.default for f in dataclasses.fields(hp)}
-    return bind_hparams(hp, {k: defaults[k] for k in dynamic_fields(type(hp))})
+    """What fixes the program of hyperparameters ``hp``: their tree definition (the static
+    fields' values); equal for hyperparameters that share a compiled program."""
+    return jax.tree.structure(hp)
+
+
+@hparams
+class NoHParams:
+    """Hyperparameters of a method that has none beyond the shared training settings."""
 
 
 def hparams_dict(hp: Any) -> dict[str, Any]:

@@ -196,17 +196,16 @@ def train_loss_record(state: Any, ctx: RoundContext, hp: Any) -> dict[str, jax.A
 def neighbor_models(params: Any, ctx: RoundContext) -> tuple[Any, jax.Array]:
     """``(pool, index [S, K])``: the model of list entry ``(s, k)`` is ``pool[index[s, k]]``.
 
-    ``params [S, ...]`` are the models the slots send this round. Without stale links this is
-    ``(params, ctx.neighbors)`` itself. With ``stale=True`` (``experiment.links``) the pool
-    is ``concat(params, cache)`` (``[S + S K, ...]``, the last model received over each
-    link) and a failed link points into the cache; the runner also notes ``params`` as what
-    was sent, to cache what arrived. Every algorithm reads its neighbors' models through
-    this (``mix_sparse(pool, index, weights)``, ``neighbor_distances``), once per round.
+    ``params [S, ...]`` are the models the slots send this round; the round returns them as
+    its ``sent``. Without stale links this is ``(params, ctx.neighbors)`` itself. With
+    ``stale=True`` (``experiment.links``) the pool is ``concat(params, cache)`` (``[S + S K,
+    ...]``, the last model received over each link) and a failed link points into the cache.
+    Every algorithm reads its neighbors' models through this (``mix_sparse(pool, index,
+    weights)``, ``neighbor_distances``), once per round.
     """
     links = getattr(ctx, "links", None)
     if links is None or getattr(links, "cache", None) is None:
         return params, ctx.neighbors
-    links.sink.sent.append(params)
     return append_slots(params, links.cache), links.source
 
 
@@ -241,10 +240,11 @@ def average_in_groups(clients: ClientState, ctx: RoundContext) -> ClientState:
 
 def train_then_average(
     state: BaselineState, key: jax.Array, ctx: RoundContext, **train_kwargs: Any
-) -> BaselineState:
-    """FedAvg's round: ``local_update(..., **train_kwargs)``, then group averaging."""
+) -> tuple[BaselineState, Any]:
+    """FedAvg's round: ``local_update(..., **train_kwargs)``, then group averaging; returns
+    ``(state, sent)`` (``sent``: the trained models the group averaged)."""
     clients, metrics = local_update(ctx, state.clients, key, **train_kwargs)
-    return BaselineState(average_in_groups(clients, ctx), metrics["loss"])
+    return BaselineState(average_in_groups(clients, ctx), metrics["loss"]), clients.params
 
 
 def sq_norm_diff(params: Any, anchor: Any) -> jax.Array:

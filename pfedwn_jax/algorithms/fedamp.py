@@ -41,7 +41,6 @@ Local"; with ``lam = 0`` it is exactly Local).
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import jax
@@ -49,7 +48,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from pfedwn_jax._checks import check_bool, check_choice, check_float, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, neighbor_lists, register
+from pfedwn_jax.algorithms.base import (
+    Algorithm,
+    RoundContext,
+    hparams,
+    neighbor_lists,
+    register,
+    static,
+)
 from pfedwn_jax.algorithms.common import (
     BaselineState,
     check_shape,
@@ -72,7 +78,7 @@ SIGMA_FLOOR = 1e-12
 _LOG_ZERO = -1e30
 
 
-@dataclasses.dataclass(frozen=True)
+@hparams
 class FedAMPHParams:
     """FedAMP hyperparameters (Huang et al. 2021 tune them per dataset; defaults are ours).
 
@@ -96,9 +102,9 @@ class FedAMPHParams:
     alpha_k: float = 1.0
     sigma: float = 1.0
     lam: float = 1.0
-    sigma_mode: str = "fixed"
+    sigma_mode: str = static("fixed")
     sigma_scale: float = 1.0
-    detach_attention: bool = True
+    detach_attention: bool = static(True)
 
     def __post_init__(self) -> None:
         set_fields(
@@ -206,7 +212,7 @@ def attentive_loss(base_loss: Any, hp: FedAMPHParams) -> Any:
 
 def _round(
     state: BaselineState, key: jax.Array, ctx: RoundContext, hp: FedAMPHParams
-) -> BaselineState:
+) -> tuple[BaselineState, Any]:
     params, base = state.clients.params, default_loss(ctx.model)
     if hp.detach_attention:
         aux = cloud_models(params, ctx, hp)
@@ -218,7 +224,7 @@ def _round(
         received = jax.tree.map(lambda a: a[index], pool)  # [S, K, ...]
         aux, loss_fn = (received, ctx.neighbor_mask, sigma), attentive_loss(base, hp)
     clients, metrics = local_update(ctx, state.clients, key, loss_fn=loss_fn, aux=aux)
-    return BaselineState(clients, metrics["loss"])
+    return BaselineState(clients, metrics["loss"]), params
 
 
 FEDAMP = register(

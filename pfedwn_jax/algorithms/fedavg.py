@@ -22,7 +22,9 @@ from pfedwn_jax.algorithms.common import (
 )
 
 
-def _round(state: BaselineState, key: jax.Array, ctx: RoundContext, hp: Any) -> BaselineState:
+def _round(
+    state: BaselineState, key: jax.Array, ctx: RoundContext, hp: Any
+) -> tuple[BaselineState, Any]:
     return train_then_average(state, key, ctx)
 
 

@@ -7,12 +7,12 @@ Local objective of slot ``s`` in a round: ``f_s(w) + mu/2 * ||w - w_s^start||^2`
 
 from __future__ import annotations
 
-import dataclasses
+from typing import Any
 
 import jax
 
 from pfedwn_jax._checks import check_float, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, register
+from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register
 from pfedwn_jax.algorithms.common import (
     BaselineState,
     eval_own,
@@ -24,7 +24,7 @@ from pfedwn_jax.algorithms.common import (
 from pfedwn_jax.engine import default_loss
 
 
-@dataclasses.dataclass(frozen=True)
+@hparams
 class FedProxHParams:
     """FedProx hyperparameters.
 
@@ -41,7 +41,7 @@ class FedProxHParams:
 
 def _round(
     state: BaselineState, key: jax.Array, ctx: RoundContext, hp: FedProxHParams
-) -> BaselineState:
+) -> tuple[BaselineState, Any]:
     anchor = state.clients.params
     loss_fn = proximal_loss(default_loss(ctx.model), hp.mu)
     return train_then_average(state, key, ctx, loss_fn=loss_fn, aux=anchor)

@@ -16,9 +16,11 @@ from pfedwn_jax.algorithms.common import (
 )
 
 
-def _round(state: BaselineState, key: jax.Array, ctx: RoundContext, hp: Any) -> BaselineState:
+def _round(
+    state: BaselineState, key: jax.Array, ctx: RoundContext, hp: Any
+) -> tuple[BaselineState, None]:
     clients, metrics = local_update(ctx, state.clients, key)
-    return BaselineState(clients, metrics["loss"])
+    return BaselineState(clients, metrics["loss"]), None  # nothing is sent
 
 
 LOCAL = register(

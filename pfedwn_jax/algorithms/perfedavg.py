@@ -30,14 +30,13 @@ is FedAvg whose steps use only the ``D'`` part of each minibatch.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from pfedwn_jax._checks import check_bool, check_choice, check_float, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, register
+from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register, static
 from pfedwn_jax.algorithms.common import (
     BaselineState,
     init_baseline,
@@ -53,7 +52,7 @@ HESSIAN_VARIANTS = ("hf", "exact")
 EVAL_CHUNK = 256
 
 
-@dataclasses.dataclass(frozen=True)
+@hparams
 class PerFedAvgHParams:
     """Per-FedAvg hyperparameters.
 
@@ -75,8 +74,8 @@ class PerFedAvgHParams:
     """
 
     alpha: float = 0.01
-    variant: str = "fo"
-    split_batch: bool = True
+    variant: str = static("fo")
+    split_batch: bool = static(True)
     delta: float = 1e-3
 
     def __post_init__(self) -> None:
@@ -170,7 +169,7 @@ def full_batch_grad(
 
 def _round(
     state: BaselineState, key: jax.Array, ctx: RoundContext, hp: PerFedAvgHParams
-) -> BaselineState:
+) -> tuple[BaselineState, Any]:
     return train_then_average(state, key, ctx, grad_fn=meta_grad_fn(default_loss(ctx.model), hp))
 
 

@@ -40,7 +40,6 @@ after each outer EM step, final refined pi: the paper's Fig. 8 curve).
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, NamedTuple
 
 import jax
@@ -48,7 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pfedwn_jax._checks import INT32_MAX, check_bool, check_float, check_int, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, register
+from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register, static
 from pfedwn_jax.algorithms.common import (
     append_slots,
     check_shape,
@@ -62,7 +61,7 @@ from pfedwn_jax.em import estimate_weights, m_step, responsibilities
 from pfedwn_jax.engine import ClientState, cross_evaluate, mix_sparse, take_slots
 
 
-@dataclasses.dataclass(frozen=True)
+@hparams
 class PFedWNHParams:
     """pFedWN hyperparameters.
 
@@ -90,15 +89,15 @@ class PFedWNHParams:
     """
 
     a: float = 0.5
-    warmup_rounds: int = 1
-    em_every: int = 0
-    component_updates: bool = True
-    em_steps: int = 3
-    em_iters: int = 200
+    warmup_rounds: int = static(1)
+    em_every: int = static(0)
+    component_updates: bool = static(True)
+    em_steps: int = static(3)
+    em_iters: int = static(200)
     em_tol: float = 1e-5
     floor: float = 1e-4
-    component_epochs: int = 1
-    mix_components: bool = False
+    component_epochs: int = static(1)
+    mix_components: bool = static(False)
 
     def __post_init__(self) -> None:
         name = "hparams.pfedwn."
@@ -362,7 +361,9 @@ def _estimate_and_mix(
     return jax.lax.cond(due, em, keep)
 
 
-def _round(state: PFedWNState, key: jax.Array, ctx: RoundContext, hp: PFedWNHParams):
+def _round(
+    state: PFedWNState, key: jax.Array, ctx: RoundContext, hp: PFedWNHParams
+) -> tuple[PFedWNState, Any]:
     # training uses `key` itself, exactly as Local does (so a = 1 reproduces Local bit for bit)
     em_key, train_key = jax.random.fold_in(key, 0x5EED), key
     received = neighbor_models(state.clients.params, ctx)
@@ -375,13 +376,14 @@ def _round(state: PFedWNState, key: jax.Array, ctx: RoundContext, hp: PFedWNHPar
     pi, trace, params = _estimate_and_mix(state, em_key, ctx, hp, received, mixed)
     clients = state.clients._replace(params=params)
     clients, metrics = local_update(ctx, clients, train_key)
-    return PFedWNState(
+    new = PFedWNState(
         clients=clients,
         pi=pi,
         pi_trace=trace,
         rounds_done=state.rounds_done + 1,
         train_loss=metrics["loss"],
     )
+    return new, state.clients.params
 
 
 def records(state: PFedWNState, ctx: RoundContext, hp: PFedWNHParams) -> dict[str, jax.Array]:

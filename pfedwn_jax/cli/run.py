@@ -5,9 +5,15 @@ pFedWN runs, `DIR/pi_history.png` (its EM weights, the paper's Fig. 8).
 Values come from the defaults, then `--config file.toml`, then the flags given.
 
 Several cases: `--dataset a,b` and/or `--gamma-th 5,10,15` (with `--target` either one value
-or one per gamma_th) run every case (gamma_th, target) on every dataset, each into its own
-`DIR/<case>/` directory, and print the paper's Table II layout with one column per
-case/dataset (also written to `DIR/table.txt`, with `DIR/cases.json` listing the runs).
+or one per gamma_th) run every case (gamma_th, target: a zipped grid, `sweeps.grid.expand`)
+on every dataset as one job (runs that share shapes share compiled programs), each case's
+results in its own `DIR/<case>/` directory, and print the paper's Table II layout with one
+column per case/dataset (also written to `DIR/table.txt`, with `DIR/cases.json` listing the
+runs).
+
+Checkpoints: `DIR/checkpoint/` holds the job's progress (every `--checkpoint-every` rounds)
+until the results are written. A directory that holds an interrupted job's checkpoint is
+refused unless `--resume` (continue it) or `--overwrite` (discard it).
 
 `--out DIR` is checked before any work (it must be, or be creatable as, a writable directory).
 A rerun into the same directory removes the files of `OUTPUTS` a previous run wrote there that
@@ -41,9 +47,7 @@ from pfedwn_jax.experiment import (
     format_table_cases,
     plot_learning_curves,
     plot_pi_history,
-    run,
 )
-from pfedwn_jax.experiment import checkpoint as ckpt
 from pfedwn_jax.io import atomic_write_json, atomic_write_text, check_writable_dir
 from pfedwn_jax.plotting import MISSING
 
@@ -63,7 +67,7 @@ CURVE = "learning_curve.png"
 PI_PLOT = "pi_history.png"
 TABLE = "table.txt"
 CASES = "cases.json"
-CHECKPOINT = "checkpoint"  # a directory (pfedwn_jax.experiment.checkpoint)
+CHECKPOINT = "checkpoint"  # a directory (pfedwn_jax.runner.checkpoint)
 EXIT_DIVERGED = 3  # a method diverged; distinct from usage (2) and system (1) errors
 # every file `pfedwn run` writes into an output directory (the checkpoint has its own rules)
 OUTPUTS = (RESULTS, ARRAYS, CURVE, PI_PLOT, TABLE, CASES)
@@ -84,11 +88,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=Path("runs/latest"),
         help="output directory (default: runs/latest)",
     )
-    p.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue from DIR/checkpoint/ (same config) if it exists",
-    )
+    add_checkpoint_flags(p)
     p.add_argument(
         "--checkpoint-every",
         type=int,
@@ -110,6 +110,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--no-plot", action="store_true", help="skip the learning-curve PNG")
     p.set_defaults(func=main)
+
+
+def add_checkpoint_flags(p: argparse.ArgumentParser) -> None:
+    """`--resume` and `--overwrite`: what to do with a checkpoint already in the directory."""
+    group = p.add_mutually_exclusive_group()
+    group.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the interrupted job in DIR/checkpoint/ (same config and data)",
+    )
+    group.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="discard an interrupted job's DIR/checkpoint/ and start over",
+    )
 
 
 # --------------------------------------------------------------------------- config flags
@@ -267,8 +282,11 @@ def _split(value: Any) -> list[Any]:
 
 
 def configs_from_args(args: argparse.Namespace) -> list[ExperimentConfig]:
-    """One `ExperimentConfig` per (case, dataset): cases are the zipped `--gamma-th` and
-    `--target` lists (a single value is used for every case), in paper Table II order."""
+    """One `ExperimentConfig` per (case, dataset): the cases are the zipped grid of the
+    `--gamma-th` and `--target` lists (`sweeps.grid.expand`; a single value is used for every
+    case), in paper Table II order (case-major)."""
+    from pfedwn_jax.sweeps.grid import expand, run_config
+
     datasets = _split(getattr(args, "dataset", None))
     gammas = _split(getattr(args, "gamma_th", None))
     targets = _split(getattr(args, "target", None))
@@ -278,49 +296,36 @@ def configs_from_args(args: argparse.Namespace) -> list[ExperimentConfig]:
             raise ValueError(
                 f"{name}: give one value or one per case ({num_cases}); got {len(values)}"
             )
-    configs = []
-    for k in range(num_cases):
-        for dataset in datasets:
-            one = argparse.Namespace(**vars(args))
-            one.dataset = dataset
-            one.gamma_th = gammas[k if len(gammas) > 1 else 0]
-            one.target = targets[k if len(targets) > 1 else 0]
-            configs.append(config_from_args(one))
-    return configs
+    per_dataset = []
+    for dataset in datasets:
+        one = argparse.Namespace(**vars(args))
+        one.dataset, one.gamma_th, one.target = dataset, gammas[0], targets[0]
+        base = config_from_args(one)
+        grid = {}
+        if len(gammas) > 1:
+            grid["gamma_th"] = [_number("gamma_th", g) for g in gammas]
+        if len(targets) > 1:
+            grid["target"] = [_target(t) for t in targets]
+        if grid:
+            grid = {k: v * (num_cases // len(v)) for k, v in grid.items()}
+        specs = expand(base, [base.seed], grid, zip=True)
+        per_dataset.append([run_config(base, spec) for spec in specs])
+    return [cfgs[k] for k in range(num_cases) for cfgs in per_dataset]
 
 
-def _run_one(
-    config: ExperimentConfig, out: Path, args: argparse.Namespace
-) -> tuple[Result, list[Path]]:
-    """Run one experiment into `out`: results JSON, learning curve and pi plot."""
-    out.mkdir(parents=True, exist_ok=True)
-    every = args.checkpoint_every
-    if every < 0:
-        raise ValueError(f"--checkpoint-every must be >= 0 (0: no checkpoint); got {every}")
-    if every == 0 and args.resume:
-        raise ValueError("--resume needs a checkpoint: --checkpoint-every must be >= 1; got 0")
-    checkpoint = out / CHECKPOINT if every else None
+def _target(text: Any) -> int | str:
+    if text is None or text == "random":
+        return "random" if text == "random" else 0
     try:
-        result = run(
-            config,
-            progress=not args.quiet,
-            checkpoint=checkpoint,
-            resume=args.resume,
-            checkpoint_every=max(every, 1),
-            on_divergence="continue" if args.keep_going_on_divergence else "stop",
-        )
-    except KeyboardInterrupt:
-        if checkpoint is not None and checkpoint.exists():
-            print(
-                f"checkpoint kept: continue with `pfedwn run ... --out {out} --resume`",
-                file=sys.stderr,
-            )
-        raise
-    if not is_writer():  # every process ran the same experiment; process 0 writes it
-        return result, []
+        return int(text)
+    except ValueError:
+        raise ValueError(f"target must be an integer or 'random'; got {text!r}") from None
+
+
+def _write_case(result: Result, out: Path, args: argparse.Namespace) -> list[Path]:
+    """One case's results JSON, learning curve and pi plot into `out`; the paths written."""
+    out.mkdir(parents=True, exist_ok=True)
     result.save(out / RESULTS)
-    if checkpoint is not None:
-        ckpt.remove(checkpoint)
     written = [out / RESULTS, *([out / ARRAYS] if result.compact else [])]
     if not args.no_plot:
         png = plot_learning_curves(result, out / CURVE)
@@ -332,7 +337,40 @@ def _run_one(
             if pi_png is not None:
                 written.append(pi_png)
     remove_stale_outputs(out, written)
-    return result, written
+    return written
+
+
+def _run_all(
+    configs: list[ExperimentConfig], out: Path, args: argparse.Namespace
+) -> tuple[list[Result], Path | None]:
+    """Every config as one job (`runner.api.runs`), checkpointed in `out/checkpoint`;
+    `(results, checkpoint directory or None)`."""
+    from pfedwn_jax.runner.api import runs
+
+    every = args.checkpoint_every
+    if every < 0:
+        raise ValueError(f"--checkpoint-every must be >= 0 (0: no checkpoint); got {every}")
+    if every == 0 and args.resume:
+        raise ValueError("--resume needs a checkpoint: --checkpoint-every must be >= 1; got 0")
+    checkpoint = out / CHECKPOINT if every else None
+    try:
+        results = runs(
+            configs,
+            progress=not args.quiet,
+            checkpoint=checkpoint,
+            resume=args.resume,
+            overwrite=args.overwrite,
+            checkpoint_every=max(every, 1),
+            on_divergence="continue" if args.keep_going_on_divergence else "stop",
+        )
+    except KeyboardInterrupt:
+        if checkpoint is not None and checkpoint.exists():
+            print(
+                f"checkpoint kept: continue with `pfedwn run ... --out {out} --resume`",
+                file=sys.stderr,
+            )
+        raise
+    return results, checkpoint
 
 
 def remove_stale_outputs(out: Path, written: Iterable[Path]) -> list[Path]:
@@ -364,31 +402,44 @@ def main(args: argparse.Namespace) -> int:
     _join()
     out: Path = check_writable_dir(args.out, "--out")
     configs = configs_from_args(args)
+    results, checkpoint = _run_all(configs, out, args)
+    if not is_writer():  # every process ran the same job; process 0 writes it
+        return 0
     if len(configs) == 1:
-        result, written = _run_one(configs[0], out, args)
-        if not is_writer():
-            return 0
-        print(format_table(result))
-        print(f"total {result.timings['total_s']:.1f} s; wrote " + ", ".join(map(str, written)))
-        return _status([result])
-
+        written = _write_case(results[0], out, args)
+        _remove_checkpoint(checkpoint)
+        print(format_table(results[0]))
+        total = results[0].timings["total_s"]
+        print(f"total {total:.1f} s; wrote " + ", ".join(map(str, written)))
+        return _status(results)
     num_datasets = len(_split(getattr(args, "dataset", None)))
     several_cases = len(configs) > num_datasets
-    results, dirs, total = [], [], 0.0
-    for i, config in enumerate(configs):
-        sub = out / _case_dir(i // num_datasets, config, several_cases)
-        result, _ = _run_one(config, sub, args)
-        if is_writer():
-            print(format_table(result), "\n")
-        results.append(result)
-        dirs.append(sub)
-        total += result.timings["total_s"]
-    if not is_writer():
-        return 0
+    dirs = [out / _case_dir(i // num_datasets, c, several_cases) for i, c in enumerate(configs)]
+    for result, sub in zip(results, dirs, strict=True):
+        _write_case(result, sub, args)
+        print(format_table(result), "\n")
     labels = [
         (f"case {i // num_datasets + 1}: " if several_cases else "") + result.data["name"]
         for i, result in enumerate(results)
     ]
+    text = _write_cases(results, labels, dirs, out)
+    _remove_checkpoint(checkpoint)
+    print(text, end="")
+    total = results[-1].timings["total_s"]
+    print(f"total {total:.1f} s; wrote {out / TABLE}, {out / CASES} and one directory per case")
+    return _status(results)
+
+
+def _remove_checkpoint(checkpoint: Path | None) -> None:
+    """The job's checkpoint, once every result is written."""
+    from pfedwn_jax.runner.checkpoint import remove
+
+    if checkpoint is not None:
+        remove(checkpoint)
+
+
+def _write_cases(results: list[Result], labels: list[str], dirs: list[Path], out: Path) -> str:
+    """`table.txt` (the cases side by side) and `cases.json` (where each case is)."""
     table = format_table_cases(results, labels)
     legend = [
         f"{lbl}: gamma_th {r.config.gamma_th:g}, target {r.network.get('target')}, "
@@ -397,24 +448,18 @@ def main(args: argparse.Namespace) -> int:
     ]
     text = table + "\n" + "\n".join(legend) + "\n"
     atomic_write_text(out / TABLE, text)
-    atomic_write_json(
-        out / CASES,
+    cases = [
         {
-            "cases": [
-                {
-                    "label": lbl,
-                    "dir": str(d.relative_to(out)),
-                    "config": r.config.to_dict(),
-                    "summary": r.summary(),
-                }
-                for lbl, d, r in zip(labels, dirs, results, strict=True)
-            ]
-        },
-    )
+            "label": lbl,
+            "dir": str(d.relative_to(out)),
+            "config": r.config.to_dict(),
+            "summary": r.summary(),
+        }
+        for lbl, d, r in zip(labels, dirs, results, strict=True)
+    ]
+    atomic_write_json(out / CASES, {"cases": cases})
     remove_stale_outputs(out, [out / TABLE, out / CASES])
-    print(text, end="")
-    print(f"total {total:.1f} s; wrote {out / TABLE}, {out / CASES} and one directory per case")
-    return _status(results)
+    return text
 
 
 def _status(results: list[Result]) -> int:

@@ -22,8 +22,10 @@ in `pfedwn run`. The file may hold a `[sweep]` table:
     pfedwn.a = [0.3, 0.5, 0.7]
 
 --seeds, --zip, --block replace the table's values; a --grid key replaces the table's list
-of that key. The state is checkpointed into DIR/checkpoint/ after each block; --resume goes
-on from there with the same final numbers.
+of that key. The state is checkpointed into DIR/checkpoint/ after each block until the
+results are written; --resume goes on from there with the same final numbers, --overwrite
+discards it (a directory holding an interrupted sweep's checkpoint is refused otherwise).
+--records pi keeps pFedWN's per-round weights of every run (DIR/records.npz).
 """
 
 from __future__ import annotations
@@ -37,7 +39,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from pfedwn_jax._checks import check_bool, check_int
-from pfedwn_jax.cli.run import CASE_FIELDS, add_config_flags, config_from_args, flag
+from pfedwn_jax.cli.run import (
+    CASE_FIELDS,
+    add_checkpoint_flags,
+    add_config_flags,
+    config_from_args,
+    flag,
+)
 from pfedwn_jax.experiment import ExperimentConfig
 from pfedwn_jax.io import check_writable_dir
 from pfedwn_jax.sweeps.grid import GRID_FIELDS, RunSpec, expand, parse_grid_arg, parse_seeds
@@ -85,8 +93,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=Path("runs/sweep"),
         help="output directory (default: runs/sweep)",
     )
+    add_checkpoint_flags(p)
     p.add_argument(
-        "--resume", action="store_true", help="continue from DIR/checkpoint/ if it exists"
+        "--records",
+        metavar="KEYS",
+        help="per-round records to keep for every run, comma-separated (e.g. pi), or all",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=main)
@@ -192,6 +203,15 @@ def _written(paths: Any, out: Path) -> list[str]:
     return [str(p) for p in paths]
 
 
+def _records(text: str | None) -> Any:
+    """`--records`: "all", or the comma-separated names (none: ())."""
+    if text is None:
+        return ()
+    if text.strip() == "all":
+        return "all"
+    return tuple(k.strip() for k in text.split(",") if k.strip())
+
+
 # ---------------------------------------------------------------------------------- main
 def _mesh() -> Any:
     """Several hosts (`JAX_COORDINATOR_ADDRESS` set): join them and span every process's
@@ -230,7 +250,9 @@ def main(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
             checkpoint=checkpoint,
             resume=args.resume,
+            overwrite=args.overwrite,
             mesh=mesh,
+            records=_records(args.records),
         )
     except KeyboardInterrupt:
         if checkpoint.exists():
@@ -242,6 +264,9 @@ def main(args: argparse.Namespace) -> int:
     if not writer:  # every process computed the same table; process 0 writes it
         return 0
     paths = result.save(out)
+    from pfedwn_jax.runner.checkpoint import remove
+
+    remove(checkpoint)
     print(result.summary_table())
     print("wrote " + ", ".join(_written(paths, out)))
     return 0

@@ -87,10 +87,15 @@ def check_placement(name: str, tree: Any, shards: int) -> None:
             )
 
 
-def slot_mesh(shards: int) -> Mesh:
-    """A one-axis mesh (`"slots"`) over the first `shards` devices of the default backend;
-    over several processes, the first `shards / process_count` devices of each, in process
-    order (each process holds one contiguous block of slots)."""
+def slot_mesh(shards: int) -> Any:
+    """The mesh whose `"slots"` axis splits the slots: inside a program traced under a mesh
+    with a `"slots"` axis of `shards` devices (`jax.set_mesh`, the driver's `("runs",
+    "slots")` mesh), that mesh; otherwise a one-axis mesh over the first `shards` devices of
+    the default backend (over several processes, the first `shards / process_count` devices
+    of each, in process order: each process holds one contiguous block of slots)."""
+    context = jax.sharding.get_abstract_mesh()
+    if not context.empty and dict(context.shape).get(SLOT_AXIS) == shards:
+        return context
     procs = jax.process_count()
     if procs == 1 or shards == 1:
         return Mesh(np.asarray(jax.local_devices()[:shards]), (SLOT_AXIS,))
@@ -163,7 +168,12 @@ def shard_slots(
         padded = jax.tree.map(lambda a: a[order], padded)
     in_specs = (P(),) * len(replicated) + (P(SLOT_AXIS),) * len(per_slot)
     out = jax.shard_map(
-        fn, mesh=slot_mesh(shards), in_specs=in_specs, out_specs=P(SLOT_AXIS), check_vma=False
+        fn,
+        mesh=slot_mesh(shards),
+        in_specs=in_specs,
+        out_specs=P(SLOT_AXIS),
+        axis_names={SLOT_AXIS},
+        check_vma=False,
     )(*replicated, *padded)
     if order is not None:
         inverse = jnp.argsort(order)

@@ -12,7 +12,7 @@ from pfedwn_jax.experiment.report import (
     plot_pi_history,
 )
 from pfedwn_jax.experiment.results import SCHEMA, Result
-from pfedwn_jax.experiment.runner import run
+from pfedwn_jax.runner.api import run
 
 __all__ = [
     "SCHEMA",

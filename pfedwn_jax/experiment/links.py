@@ -11,14 +11,15 @@ probability, the draws of `wireless.bernoulli_received` keyed per link) or `phys
 trains with `neighbor_mask & received`, so every algorithm combines only what arrived (see
 docs/robustness.md for what that means per algorithm).
 
-Two options keep per-link state across rounds (`LinkTrack`, in the runner's state next to
+Two options keep per-link state across rounds (`LinkTrack`, in the run's state next to
 the algorithm's): `stale=True` keeps the last model received over every listed link
-(`[S, K, ...]`, K models per slot) and hands a failed link's copy to the algorithm
+(`[S, K, ...]`, K models per slot), caches what arrived of what the round sent (the models
+the algorithm's round returns as `sent`), and hands a failed link's copy to the algorithm
 (`algorithms.common.neighbor_models`); `mobility` moves the nodes between rounds
 (`wireless.mobility`), so the links' P_err and the physical draw follow the geometry, and
 re-selects the neighbor lists every `reselect_every` rounds (fixed width K, the mask marks
-the real entries). `begin_round` / `end_round` are the two halves the runner calls around
-the algorithm's round; everything is arrays inside the compiled step.
+the real entries). `begin_round` / `end_round` are the two halves the round step calls
+around the algorithm's round; everything is arrays inside the compiled step.
 """
 
 from __future__ import annotations
@@ -48,14 +49,6 @@ LINK_SALT = 0x11A5
 MOTION_SALT = 0x30B1
 
 
-class Sink:
-    """Trace-time note of the models the slots sent this round (`neighbor_models` appends
-    the tensor it was given; the runner caches what of it arrived). Hashed by identity."""
-
-    def __init__(self) -> None:
-        self.sent: list[Any] = []
-
-
 @flax.struct.dataclass
 class Motion:
     """What moving the nodes and re-selecting their neighbors needs (`mobility` set).
@@ -63,6 +56,8 @@ class Motion:
     Attributes:
       speed: `[]` m/s. dt: `[]` seconds per round. area: `[]` side of the square (m).
       eps: `[]` selection threshold.
+      width: `[]` int32, neighbors a re-selection may list (the run's own list width - 1; a
+        sweep pads the lists of several runs to the widest).
       model: "waypoint" or "gaussian". Static.
       reselect_every: rounds between re-selections (0: never). Static.
       single: single-target mode (slot 0 selects, its group is fully connected). Static.
@@ -75,6 +70,7 @@ class Motion:
     dt: jax.Array
     area: jax.Array
     eps: jax.Array
+    width: jax.Array
     model: str = flax.struct.field(pytree_node=False)
     reselect_every: int = flax.struct.field(pytree_node=False)
     single: bool = flax.struct.field(pytree_node=False)
@@ -103,7 +99,6 @@ class Links:
       source: inside a round with `stale`: `[S, K]` int32 index of each listed link's model
         in `concat(params, cache)` (the fresh one if it arrived, else its stale copy).
       reselected: inside a round with `motion`: `[]` bool, the lists changed this round.
-      sink: inside a round with `stale`: the `Sink` of what was sent. Static.
     """
 
     perr: jax.Array
@@ -118,7 +113,6 @@ class Links:
     cache: Any = None
     source: Any = None
     reselected: Any = None
-    sink: Any = flax.struct.field(pytree_node=False, default=None)
 
 
 def slot_perr(fed: Federation, config: ExperimentConfig) -> np.ndarray:
@@ -151,11 +145,11 @@ def build_links(fed: Federation, config: ExperimentConfig) -> Links | None:
         params=channel_params(config),
         model=config.link_model,
         stale=config.stale,
-        motion=_motion(fed, config),
+        motion=_motion(fed, config, lists.shape[1] - 1),
     )
 
 
-def _motion(fed: Federation, config: ExperimentConfig) -> Motion | None:
+def _motion(fed: Federation, config: ExperimentConfig, width: int) -> Motion | None:
     if config.mobility == "none":
         return None
     return Motion(
@@ -163,6 +157,7 @@ def _motion(fed: Federation, config: ExperimentConfig) -> Motion | None:
         dt=jnp.float32(config.round_seconds),
         area=jnp.float32(channel_params(config).area_m),
         eps=jnp.float32(config.eps),
+        width=jnp.int32(width),
         model=config.mobility,
         reselect_every=config.reselect_every,
         single=fed.mode == "single",
@@ -305,23 +300,23 @@ def begin_round(ctx: Any, track: LinkTrack | None, key: jax.Array) -> tuple[Any,
         seen = _kept(track.seen, drawn, track)
         mask, source = stale_view(received, seen, ctx.neighbors, ctx.neighbor_mask)
         cache = jax.tree.map(lambda c: c.reshape((-1, *c.shape[2:])), track.cache)
-        links = links.replace(cache=cache, source=source, sink=Sink())
+        links = links.replace(cache=cache, source=source)
     return ctx.replace(neighbor_mask=mask, links=links), records, drawn
 
 
-def end_round(ctx: Any, track: LinkTrack, drawn: Drawn, key: jax.Array) -> tuple[LinkTrack, dict]:
-    """After the algorithm's round: cache what arrived of what was sent, age the links, move
-    the nodes. Returns the new track and the records (`link_age [S, K]`)."""
+def end_round(
+    ctx: Any, track: LinkTrack, drawn: Drawn, sent: Any, key: jax.Array
+) -> tuple[LinkTrack, dict]:
+    """After the algorithm's round: cache what arrived of what was `sent` (`[S, ...]` the
+    models the round returned as sent; None: nothing, as Local), age the links, move the
+    nodes. Returns the new track and the records (`link_age [S, K]`)."""
     links, records = ctx.links, {}
     if links.stale:
-        sent = links.sink.sent
-        if len({id(p) for p in sent}) > 1:
-            raise ValueError("an algorithm read two different sets of neighbor models in a round")
         got = drawn.received & drawn.neighbor_mask
         seen, age = _kept(track.seen, drawn, track), _kept(track.age, drawn, track)
         cache = track.cache
-        if sent:  # Local sends nothing
-            cache = update_cache(cache, sent[0], drawn.neighbors, got)
+        if sent is not None:
+            cache = update_cache(cache, sent, drawn.neighbors, got)
             seen = seen | got
         age = jnp.where(got, 0, jnp.minimum(age, np.iinfo(np.int32).max - 1) + 1)
         track = track._replace(cache=cache, seen=seen, age=age.astype(jnp.int32))
@@ -375,7 +370,9 @@ def _moved(ctx: Any, track: LinkTrack) -> tuple[Any, dict]:
     changed = jnp.zeros((), bool)
     if m.reselect_every > 0:
         due = (track.rounds_done > 0) & (track.rounds_done % m.reselect_every == 0)
-        new_nbr, new_mask = reselect(full, nbr.shape[1], m.eps, m.single, m.selection)
+        new_nbr, new_mask = reselect(
+            full, nbr.shape[1], m.eps, m.single, m.selection, m.width, links.active
+        )
         nbr, mask = jnp.where(due, new_nbr, nbr), jnp.where(due, new_mask, mask)
         changed = due & ((nbr != track.neighbors) | (mask != track.neighbor_mask)).any()
     perr = links.perr
@@ -418,18 +415,28 @@ def slot_perr_matrix(
 
 
 def reselect(
-    perr: jax.Array, k: int, eps: jax.Array, single: bool, selection: bool
+    perr: jax.Array,
+    k: int,
+    eps: jax.Array,
+    single: bool,
+    selection: bool,
+    width: jax.Array | None = None,
+    active: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Neighbor lists `[S, K]` (the `neighbor_lists` layout) re-selected from `perr [S, S]`.
 
-    Network mode: row i keeps the (at most K - 1) links j -> i with `P_err < eps` (every link
-    without `selection`), the lowest P_err first. Single mode: slot 0 selects so, and its group
-    (slot 0 and the selected) is fully connected; every other slot lists only itself.
+    Network mode: row i keeps the (at most `width`, default K - 1) links j -> i with `P_err <
+    eps` (every link without `selection`) from `active [S]` slots (default all), the lowest
+    P_err first. Single mode: slot 0 selects so, and its group (slot 0 and the selected) is
+    fully connected; every other slot lists only itself.
     """
     s = perr.shape[0]
+    width = k - 1 if width is None else width
     off = ~jnp.eye(s, dtype=bool)
     ok = off & ((perr < eps) if selection else True)
-    best = jax.vmap(lambda o, p: _lowest(o, p, k - 1))
+    if active is not None:
+        ok = ok & active[None, :]
+    best = jax.vmap(lambda o, p: _lowest(o, p, width))
     if single:
         group = best(ok[:1], perr[:1])[0].at[0].set(True)
         ok = group[:, None] & group[None, :] & off

@@ -11,9 +11,10 @@ Four axes, each swept with every other setting at the base config's value:
 
 Every point runs every method of the base config with channel-aware selection
 (`selection=True`, `P_err < eps`) and without it (`selection=False`: every neighbor in
-range), for each seed. Runs without mobility go through `sweeps.api.run_configs` (batched,
-as few compiled programs as shapes allow); mobile runs through `run()` one by one (sweeps
-refuse mobility). Identical configs (e.g. `eps` without selection) run once.
+range), for each seed. Every distinct config of every axis, mobile ones included, goes into
+one job (`runner.api.run_configs`): runs that share shapes share a compiled program (the
+static link models, the mobile ones). Identical configs (e.g. `eps` without selection) run
+once.
 
 The statistic per run and method is the target accuracy averaged over the last `window`
 rounds (`last`; `final` and `max` are kept too); the summary gives its mean over seeds with
@@ -182,24 +183,18 @@ def _key(config: ExperimentConfig) -> str:
     return json.dumps(config.to_dict(), sort_keys=True, default=str)
 
 
-def run_points(points: list[dict[str, Any]], *, progress: bool = False) -> dict[str, Any]:
-    """`config key -> {method: target accuracy [R]}` for every distinct config of `points`:
-    static ones batched by `run_configs`, mobile ones by `run()` (also the `diverged` flag)."""
-    from pfedwn_jax.experiment.runner import run  # JAX: imported when the experiment runs
-    from pfedwn_jax.sweeps.api import run_configs
+def run_points(
+    points: list[dict[str, Any]], *, progress: bool = False
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`(curves, meta)`: `config key -> {method: target accuracy [R]}` for every distinct
+    config of `points`, all in one job (`run_configs`), and the job's meta (programs,
+    timings)."""
+    from pfedwn_jax.runner.api import run_configs  # JAX: imported when the experiment runs
 
     unique = {_key(p["config"]): p["config"] for p in points}
-    static = [k for k, c in unique.items() if c.mobility == "none"]
-    out: dict[str, Any] = {}
-    if static:
-        cols, _ = run_configs([unique[k] for k in static], progress=progress)
-        for i, k in enumerate(static):
-            out[k] = _curves(cols, cols["run"] == i)
-    for k, c in unique.items():
-        if c.mobility != "none":
-            res = run(c, progress=progress)
-            out[k] = {m: res.target_accuracy(m) for m in c.method_names}
-    return out
+    keys = list(unique)
+    cols, meta, _ = run_configs([unique[k] for k in keys], progress=progress)
+    return {k: _curves(cols, cols["run"] == i) for i, k in enumerate(keys)}, meta
 
 
 def _curves(cols: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, np.ndarray]:
@@ -329,7 +324,7 @@ def run_robustness(
         preset = dataclasses.replace(preset, base=preset.base.replace(algorithms=tuple(methods)))
     points = plan(preset, axes)
     load0, t0 = os.getloadavg(), time.perf_counter()
-    curves = run_points(points, progress=progress)
+    curves, job = run_points(points, progress=progress)
     rows = table(points, curves, preset.window)
     meta = {
         "preset": name,
@@ -343,6 +338,7 @@ def run_robustness(
         "window": preset.window,
         "stat": "last: mean target accuracy over the last `window` rounds",
         "distinct_runs": len(curves),
+        "programs": job["programs"],
         "wall_s": time.perf_counter() - t0,
         "loadavg_before": list(load0),
         "loadavg_after": list(os.getloadavg()),

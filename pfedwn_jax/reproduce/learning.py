@@ -251,7 +251,7 @@ def run_settings(
     "case", the grid keys and the settings' `extra` labels) and every run's label and full
     config (for the CSV/JSON). With `cache`, a sweep already saved there with the same runs is
     read back instead of run, and a new one is saved there."""
-    from pfedwn_jax.sweeps.api import run_configs
+    from pfedwn_jax.runner.api import run_configs
     from pfedwn_jax.sweeps.grid import RunSpec, run_config
 
     configs, labels = [], []
@@ -265,9 +265,9 @@ def run_settings(
     if cache is not None and (done := _cached(cache, runs)) is not None:
         return done, runs
     t0 = time.perf_counter()
-    columns, meta = run_configs(configs, labels, progress=False)
+    columns, meta, kept = run_configs(configs, labels, progress=False)
     meta["wall_s"] = time.perf_counter() - t0
-    res = SweepResult(columns, swept, meta)
+    res = SweepResult(columns, swept, meta, kept)
     if cache is not None:
         save_sweep(cache, res, runs)
     return res, runs

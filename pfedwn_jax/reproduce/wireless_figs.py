@@ -29,7 +29,7 @@ Wall time on the shared, loaded 2-core CPU, compilation included: case search 5 
   flat or falls past ~15 neighbors (gamma_th 5, eps 0.05: 3.6 of 5, 5.1 of 15, 4.2 of 30).
 * Fig. 7 (paper: CIFAR-10 class counts of each case's target and selected neighbors, full
   CIFAR-10, 60,000 samples): `fig7a_case1.png`.. from the partition the runs use
-  (`runner.load_data`). quick/tiny use the real CIFAR-10 subsets in `../shared/data`
+  (`setup.load_data`). quick/tiny use the real CIFAR-10 subsets in `../shared/data`
   (6,187 / 1,200 samples), so counts are ~10x / 50x smaller than the paper's; "paper" reads
   full CIFAR-10 through TFDS and falls back to the subset (recorded as `fallback_dataset`)
   where TFDS has no prepared copy. The partition is the paper's scheme (Dirichlet 0.1, U{1..C}
@@ -343,7 +343,7 @@ def plot_fig6(out: Path, grid: dict[str, Any], note: str = "") -> Path | None:
 def _load_partition(base: ExperimentConfig, preset: str) -> tuple[np.ndarray, str | None]:
     """`[clients, classes]` counts of the runs' partition (all splits) and the fallback used
     ("paper" without a prepared TFDS CIFAR-10: the shared CIFAR-10 subset)."""
-    from pfedwn_jax.experiment.runner import load_data  # the runs' own partition path
+    from pfedwn_jax.experiment.setup import load_data  # the runs' own partition path
 
     fallback = None
     if preset == "paper" and base.dataset == PRESETS["paper"].dataset:
@@ -352,7 +352,7 @@ def _load_partition(base: ExperimentConfig, preset: str) -> tuple[np.ndarray, st
         except DatasetUnavailableError:
             fallback = _dataset_name(FALLBACK_DATASET)
             base = dataclasses.replace(base, dataset=fallback)
-    return client_label_counts(load_data(base), "all"), fallback
+    return client_label_counts(load_data(base)[0], "all"), fallback
 
 
 def fig7(
@@ -365,7 +365,7 @@ def fig7(
     """Class counts of each case's target (TC) and selected neighbors (SN k).
 
     Files: `fig7{a,b,c}_case{1,2,3}.png`, `fig7_counts.csv` (every client's class counts),
-    `fig7.json` (also each case's rows). The partition is `runner.load_data(base)` with
+    `fig7.json` (also each case's rows). The partition is `setup.load_data(base)` with
     `base.num_neighbors` set to the cases' (it does not depend on target or topology).
     """
     start = time.perf_counter()

@@ -33,11 +33,13 @@ from pfedwn_jax._checks import check_seed
 from pfedwn_jax.algorithms import get_algorithm
 from pfedwn_jax.experiment.config import ExperimentConfig
 
-# The config fields a grid may sweep: the knobs of one experiment's training, data split and
-# wireless selection. Not sweepable: `seed` (the `seeds` argument), `algorithms` and `hparams`
-# (the methods run; their hyperparameters are swept as "<method>.<field>"), `rounds` (the runs
-# of a sweep share one round axis), and what defines the experiment itself rather than a
-# setting of it: `dataset`, `data_dir`, `model`, `mode`, `num_neighbors`, `channel`.
+# The config fields a grid may sweep: the knobs of one experiment's training, data split,
+# wireless selection, links during training and mobility (a value that changes the program,
+# such as the link model, groups its runs into another program). Not sweepable: `seed` (the
+# `seeds` argument), `algorithms` and `hparams` (the methods run; their hyperparameters are
+# swept as "<method>.<field>"), `rounds` (the runs of a sweep share one round axis), and what
+# defines the experiment itself rather than a setting of it: `dataset`, `data_dir`, `model`,
+# `mode`, `num_neighbors`, `channel`.
 GRID_FIELDS = (
     "lr",
     "momentum",
@@ -58,6 +60,14 @@ GRID_FIELDS = (
     "moments",
     "topology_seed",
     "target",
+    "selection",
+    "link_model",
+    "link_failure",
+    "stale",
+    "mobility",
+    "speed",
+    "round_seconds",
+    "reselect_every",
 )
 
 # Most runs (and seeds) one sweep may describe: every run's config is validated on the host.

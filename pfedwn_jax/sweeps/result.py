@@ -24,7 +24,12 @@ import numpy as np
 
 from pfedwn_jax._checks import check_choice, check_float, check_int
 from pfedwn_jax.experiment.results import to_jsonable
-from pfedwn_jax.io import atomic_write_json, atomic_write_text, check_writable_dir
+from pfedwn_jax.io import (
+    atomic_write_json,
+    atomic_write_text,
+    atomic_write_with,
+    check_writable_dir,
+)
 from pfedwn_jax.plotting import pyplot, save_figure
 
 SCHEMA = "pfedwn-sweep/1"
@@ -159,6 +164,8 @@ class SweepResult:
       swept: the grid keys, e.g. `("lr", "pfedwn.a")`, each also a column.
       meta: JSON-friendly description (base config, seeds, grid, zip, timings, environment);
         normalised by `to_jsonable` (tuples become lists, NaN becomes None).
+      records: the per-round records a sweep kept (`sweep(records=...)`), `"run/method/key"
+        -> [rounds, ...]` (`record(key, run, method)`); saved to `records.npz`.
 
     Raises `ValueError` (naming the columns) for missing columns, unequal lengths, wrong
     dtypes, a repeated (run, method, round) or a seed or swept value that changes within a run.
@@ -167,6 +174,7 @@ class SweepResult:
     rows: dict[str, np.ndarray]
     swept: tuple[str, ...]
     meta: dict[str, Any] = dataclasses.field(default_factory=dict)
+    records: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         swept = self._checked_swept()
@@ -193,6 +201,7 @@ class SweepResult:
         object.__setattr__(self, "rows", rows)
         object.__setattr__(self, "swept", swept)
         object.__setattr__(self, "meta", meta)
+        object.__setattr__(self, "records", {k: np.asarray(v) for k, v in self.records.items()})
         self._check_consistent()
 
     def _checked_swept(self) -> tuple[str, ...]:
@@ -227,6 +236,18 @@ class SweepResult:
                 raise ValueError(f"column {name!r} must be constant within a run; run {run} varies")
 
     # ------------------------------------------------------------------ accessors
+    def record(self, key: str, run: int, method: str) -> np.ndarray:
+        """`[rounds, ...]` record `key` (e.g. pFedWN's `pi [rounds, S, K]`) of one run and
+        method; a ValueError naming what was kept otherwise."""
+        name = f"{run}/{method}/{key}"
+        if name not in self.records:
+            kept = sorted({k.split("/", 2)[2] for k in self.records})
+            raise ValueError(
+                f"no record {key!r} of run {run}, method {method!r}; kept records: {kept} "
+                "(sweep(records=[...]) names what a sweep keeps)"
+            )
+        return self.records[name]
+
     def __len__(self) -> int:
         return len(self.rows["run"])
 
@@ -264,7 +285,9 @@ class SweepResult:
                 raise ValueError(f"select: no rows with {key}={absent[0]!r}; present: {present}")
             keep &= np.isin(col, wanted)
         meta = {**self.meta, "selected": {**self.meta.get("selected", {}), **conditions}}
-        return SweepResult({k: v[keep] for k, v in self.rows.items()}, self.swept, meta)
+        return SweepResult(
+            {k: v[keep] for k, v in self.rows.items()}, self.swept, meta, self.records
+        )
 
     # ------------------------------------------------------------------ statistics
     def _pairs(self) -> dict[str, np.ndarray]:
@@ -490,6 +513,11 @@ class SweepResult:
         self.to_csv(paths["rows"])
         self.to_json(paths["sweep"])
         paths["summary"] = atomic_write_json(out / "summary.json", to_jsonable(summary))
+        if self.records:
+            paths["records"] = out / "records.npz"
+            buf = io.BytesIO()
+            np.savez(buf, **self.records)
+            atomic_write_with(paths["records"], lambda f: f.write(buf.getvalue()))
         if pyplot() is None or len(self) == 0:
             return paths
         paths["curves"] = self.plot_curves(out / "curves.png")

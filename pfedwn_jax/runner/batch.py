@@ -8,7 +8,8 @@ config computes:
 
 - samples: more padded samples per client (`mask` False): trailing masked steps, which the
   engine skips bit for bit;
-- data clients: one more, empty, data client at the end (the *ghost*; count 0);
+- data clients: one more, empty, data client at the end (the *ghost*; count 0), when some
+  run has fewer slots than the group (its padded slots train on it);
 - slots: padded slots train on the ghost (no step), are nobody's target or neighbor (their
   neighbor list is `[s, s, ...]` with only column 0 True, and no other list names them),
   weigh 1 in their own average (`num_samples` 1, so nothing divides by zero), and their
@@ -27,18 +28,18 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from pfedwn_jax.algorithms import RoundContext
 from pfedwn_jax.data import ClientData
-from pfedwn_jax.experiment.runner import Experiment
+from pfedwn_jax.experiment.setup import Experiment
 
 
 def program_key(exp: Experiment) -> tuple:
     """What must be equal for two runs to share a compiled program (anything else is padded
     or an array). Model, data shapes and classes, a validation split or none, the schedule,
-    rounds, momentum on/off."""
+    rounds, momentum on/off, the link model and what keeps state across rounds (stale links,
+    mobility)."""
     c = exp.config
     return (
         c.model,
@@ -54,6 +55,8 @@ def program_key(exp: Experiment) -> tuple:
         c.link_model,
         c.link_failure is None,
         tuple(sorted(c.channel.items())) if c.link_model == "physical" else (),
+        c.stale,
+        (c.mobility, c.reselect_every, c.selection, c.moments) if c.mobility != "none" else (),
     )
 
 
@@ -77,19 +80,17 @@ def pad_client_data(data: ClientData, clients: int, samples: int) -> ClientData:
 
 class Shapes:
     """The common shapes of a group: slots `S`, neighbor list width `K`, data clients `N`
-    (ghost included), samples of the train, test and validation splits (0: no validation)."""
+    (the ghost included where some run has padded slots), samples of the train, test and
+    validation splits (0: no validation)."""
 
     def __init__(self, exps: Sequence[Experiment]) -> None:
         self.slots = max(e.federation.num_slots for e in exps)
         self.degree = max(int(e.ctx.neighbors.shape[1]) for e in exps)  # K: max in-degree + 1
-        self.clients = max(e.data.train.num_clients for e in exps) + 1  # + the ghost
+        ghost = any(e.federation.num_slots < self.slots for e in exps)
+        self.clients = max(e.data.train.num_clients for e in exps) + ghost
         self.train = max(e.data.train.max_samples for e in exps)
         self.test = max(e.data.test.max_samples for e in exps)
         self.val = max(0 if e.data.val is None else e.data.val.max_samples for e in exps)
-
-    @property
-    def ghost(self) -> int:
-        return self.clients - 1
 
 
 def pad_lists(
@@ -108,14 +109,15 @@ def pad_lists(
 
 def pad_context(exp: Experiment, shapes: Shapes) -> tuple[RoundContext, tuple]:
     """`(ctx, (test, val))` of `exp` padded to `shapes` (see the module docstring); host
-    arrays; `val` None without a validation split."""
+    arrays; `val` None without a validation split. Padded slots train on the last data
+    client (the ghost, when there are padded slots)."""
     ctx, n = exp.ctx, shapes.slots
     neighbors, mask = pad_lists(
         np.asarray(ctx.neighbors), np.asarray(ctx.neighbor_mask), n, shapes.degree
     )
     padded = ctx.replace(
         train=pad_client_data(exp.data.train, shapes.clients, shapes.train),
-        data_client=_pad_axis(np.asarray(ctx.data_client), 0, n, shapes.ghost),
+        data_client=_pad_axis(np.asarray(ctx.data_client), 0, n, shapes.clients - 1),
         neighbors=neighbors,
         neighbor_mask=mask,
         adjacency=None,
@@ -124,7 +126,6 @@ def pad_context(exp: Experiment, shapes: Shapes) -> tuple[RoundContext, tuple]:
         lr=np.asarray(ctx.lr),
         momentum=None if ctx.momentum is None else np.asarray(ctx.momentum),
         links=None if ctx.links is None else pad_links(ctx.links, n, shapes.degree),
-        shards=1,
     )
     test = pad_client_data(exp.data.test, shapes.clients, shapes.test)
     val = exp.data.val
@@ -150,7 +151,7 @@ def stack_runs(trees: Sequence[Any], *, pad_ragged: bool = False) -> tuple[Any, 
     `pad_ragged`: leaves whose shapes differ between runs are zero-padded at the end of each
     axis first (states whose shapes follow the unpadded context; the states `init` builds
     from padded contexts already agree).
-    Leaves come back as device arrays (`jnp`), not yet placed on a mesh.
+    Leaves come back as host arrays (NumPy), not yet placed on a mesh.
     """
     flat = [jax.tree_util.tree_flatten(t) for t in trees]
     treedef = flat[0][1]
@@ -163,10 +164,10 @@ def stack_runs(trees: Sequence[Any], *, pad_ragged: bool = False) -> tuple[Any, 
         if pad_ragged:
             arrays = _pad_to_common(arrays)
         if all(a.shape == arrays[0].shape and np.array_equal(a, arrays[0]) for a in arrays):
-            leaves.append(jnp.asarray(arrays[0]))
+            leaves.append(arrays[0])
             axes.append(None)
         else:
-            leaves.append(jnp.asarray(np.stack(arrays)))
+            leaves.append(np.stack(arrays))
             axes.append(0)
     return treedef.unflatten(leaves), treedef.unflatten(axes)
 
@@ -180,10 +181,3 @@ def _pad_to_common(arrays: list[np.ndarray]) -> list[np.ndarray]:
             a = _pad_axis(a, axis, int(size))
         out.append(a)
     return out
-
-
-def take_run(tree: Any, axes: Any, r: int) -> Any:
-    """Run `r`'s part of a stacked tree (a shared leaf is every run's)."""
-    return jax.tree.map(
-        lambda ax, a: a if ax is None else a[r], axes, tree, is_leaf=lambda x: x is None
-    )

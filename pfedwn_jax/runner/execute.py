@@ -1,0 +1,349 @@
+"""The one driver: every method of every run, program by program, block by block.
+
+`execute(exps, labels, mesh, options, checkpoint)` groups the runs into programs
+(`groups.plan_programs`), then for each program and method: builds the initial state (or
+restores the checkpoint's), compiles the block program once (`program.block_program`), and
+calls it block after block. After each block the host has the block's outputs; they go into
+the `Table` (divergence noted there), to the checkpoint (the block's file, then every
+`checkpoint_every` rounds a committed step with the state) and to the metric writers, and the
+progress bar moves. Block lengths adapt so that a call lasts about `block_seconds` (a watched
+run's bar moves every couple of seconds; `block=k` fixes them, `block=1` is per-round).
+Results do not depend on the block lengths: round `r`'s key is `fold_in(round_root, r)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import Mesh
+
+from pfedwn_jax.algorithms import get_algorithm, hparam_leaves, static_hparams
+from pfedwn_jax.distributed import gather_to_host
+from pfedwn_jax.experiment.setup import Experiment
+from pfedwn_jax.results.table import RunInfo, Table
+from pfedwn_jax.runner.checkpoint import Checkpoint
+from pfedwn_jax.runner.groups import Group, axes_key, init_states, make_group, plan_programs
+from pfedwn_jax.runner.program import ALL, block_program
+from pfedwn_jax.runner.progress import progress_bar
+from pfedwn_jax.runner.step import init_state, round_step
+from pfedwn_jax.runner.writers import Logged
+
+#: Most rounds one program call can run (the block's output buffers hold this many).
+MAX_BLOCK = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """How a job runs (see `pfedwn_jax.run` / `pfedwn_jax.sweep` for each field)."""
+
+    block: int | None = None
+    block_seconds: float = 2.0
+    records: Any = ()
+    progress: bool = True
+    on_divergence: str = "stop"
+    checkpoint_every: int = 1
+    max_runs: int | None = None
+    writers: tuple = ()
+
+
+class Blocks:
+    """Block lengths: `block` rounds each, or (None) adapted so a call lasts about `seconds`:
+    one round first, then as many as the measured time per round allows, at most `kmax`."""
+
+    def __init__(self, rounds: int, block: int | None, kmax: int, seconds: float) -> None:
+        self.rounds, self.block, self.kmax, self.seconds = rounds, block, kmax, seconds
+        self.per_round: float | None = None
+
+    def next(self, done: int) -> int:
+        left = self.rounds - done
+        if self.block is not None:
+            return min(self.block, left)
+        if self.per_round is None:
+            return 1
+        return max(1, min(self.kmax, left, int(self.seconds / max(self.per_round, 1e-6))))
+
+    def observe(self, n: int, seconds: float) -> None:
+        self.per_round = seconds / n
+
+
+def capacity(rounds: int, block: int | None) -> int:
+    """Rounds a program call can run: `block`, or `MAX_BLOCK` (never more than `rounds`)."""
+    return max(1, min(rounds, MAX_BLOCK if block is None else block))
+
+
+class Job:
+    """The state of one `execute`: programs, table, checkpoint progress."""
+
+    def __init__(self, exps, labels, mesh, options, ckpt) -> None:
+        self.exps, self.mesh, self.opt, self.ckpt = exps, mesh, options, ckpt
+        self.methods = exps[0].config.method_names
+        runs = [
+            RunInfo(np.asarray(e.federation.is_target, bool), e.federation.data_client)
+            for e in exps
+        ]
+        self.table = Table(runs, labels, self.methods, options.on_divergence)
+        saved = ckpt.saved if ckpt is not None else None
+        self.programs = (
+            saved.meta["programs"]
+            if saved
+            else plan_programs(exps, mesh, max_runs=options.max_runs)
+        )
+        self.groups = [make_group(ids, exps, mesh) for ids in self.programs]
+        progress = saved.meta["progress"] if saved else {}
+        self.finished = [tuple(x) for x in progress.get("finished", [])]
+        self.current = progress.get("current")
+        self.blocks = list(progress.get("blocks", []))
+        self.compile_s = dict(saved.meta.get("compile_s", {})) if saved else {}
+        self.timings = {"compile_s": 0.0, "run_s": 0.0}
+        self.shapes: dict[tuple, dict[str, tuple]] = {}  # record shapes of unpadded runs
+
+    # ------------------------------------------------------------------ the run
+    def run(self) -> None:
+        restored = self._restore()
+        self._replay()
+        for gi in range(len(self.groups)):
+            for name in self.methods:
+                if (gi, name) in self.finished:
+                    continue
+                here = self.current is not None and tuple(self.current[:2]) == (gi, name)
+                start = int(self.current[2]) if here else 0
+                self._method(gi, name, restored if here else None, start)
+                restored = None
+
+    def _restore(self) -> Any:
+        """The saved state of the interrupted (program, method), falling back to older
+        steps; `current`, `finished` and `blocks` follow the step it came from."""
+        while self.ckpt is not None and self.ckpt.saved is not None and self.current:
+            gi, name = int(self.current[0]), self.current[1]
+            template, _ = init_states(self.groups[gi], name, self.mesh)
+            step = self.ckpt.saved.step
+            state = self.ckpt.restore(template)
+            if self.ckpt.saved is not None and self.ckpt.saved.step == step:
+                return state
+            self._progress_from(self.ckpt.saved)
+        return None
+
+    def _progress_from(self, saved: Any) -> None:
+        progress = saved.meta["progress"] if saved is not None else {}
+        self.finished = [tuple(x) for x in progress.get("finished", [])]
+        self.current = progress.get("current")
+        self.blocks = list(progress.get("blocks", []))
+
+    def _replay(self) -> None:
+        """The committed blocks of a resumed job back into the table."""
+        if self.ckpt is None:
+            return
+        for entry, arrays in self.ckpt.blocks():
+            gi, name, start, n, seconds = entry
+            self._add(int(gi), name, int(start), int(n), arrays, float(seconds), save=False)
+
+    def _method(self, gi: int, name: str, state: Any, start: int) -> None:
+        """Rounds `start ..` of method `name` for the runs of program `gi`."""
+        group, alg = self.groups[gi], get_algorithm(name)
+        rounds = group.exps[0].config.rounds
+        template, (hp, hp_axes) = init_states(group, name, self.mesh)
+        state = template if state is None else state
+        kmax = capacity(rounds, self.opt.block)
+        key = axes_key(group, state, hp_axes)
+        program = block_program(
+            alg, kmax, self._records(), key, self.mesh, len(group.ids), group.shapes.slots
+        )
+        args = (group.ctx, group.evals, hp, group.round_roots)
+        compiled = self._compile(gi, name, program, state, args)
+        sizes = Blocks(rounds, self.opt.block, kmax, self.opt.block_seconds)
+        if 0 < start < rounds:  # times from here on are this process's
+            for run in group.real_ids:
+                self.table.track(run, name).resumed_at.append(start)
+        with self._bar(gi, name, rounds, start) as bar:
+            done, saved_at = start, start
+            while done < rounds and self.table.active(group.real_ids, name):
+                n = sizes.next(done)
+                t0 = time.perf_counter()
+                state, out = compiled(state, *args, np.int32(done), np.int32(n))
+                block = host_block(gather_to_host(out), group.real, n)
+                seconds = time.perf_counter() - t0
+                sizes.observe(n, seconds)
+                self.timings["run_s"] += seconds
+                kept = self._add(gi, name, done, n, block, seconds)
+                done += n
+                finished = done >= rounds or not self.table.active(group.real_ids, name)
+                if finished or done - saved_at >= self.opt.checkpoint_every:
+                    self._commit(gi, name, done, None if finished else state, finished)
+                    saved_at = done
+                self._log(name, kept)
+                bar.advance(n, self._postfix(group, name))
+
+    def _compile(self, gi: int, name: str, program: Any, state: Any, args: tuple) -> Any:
+        t0 = time.perf_counter()
+        compiled = program.lower(state, *args, np.int32(0), np.int32(1)).compile()
+        seconds = time.perf_counter() - t0
+        self.timings["compile_s"] += seconds
+        self.compile_s[f"{gi}/{name}"] = self.compile_s.get(f"{gi}/{name}", 0.0) + seconds
+        return compiled
+
+    def _records(self) -> Any:
+        rec = self.opt.records
+        return ALL if rec == ALL else tuple(sorted(rec))
+
+    # ------------------------------------------------------------------ after a block
+    def _add(self, gi, name, start, n, block, seconds, *, save: bool = True) -> dict[int, int]:
+        """A block's host outputs into the table and (`save`) the checkpoint's block files;
+        returns the rounds kept per run."""
+        group, kept = self.groups[gi], {}
+        for r, run in enumerate(group.real_ids):
+            own = self._own(group, r, name, block)
+            kept[run] = self.table.add_block(run, name, start, own, seconds, quiet=not save)
+            self.table.track(run, name).compile_s = self.compile_s.get(f"{gi}/{name}", 0.0)
+        if save and self.ckpt is not None:
+            entry = [gi, name, start, n, seconds]
+            self.ckpt.write_block(entry, block)
+            self.blocks.append(entry)
+        return kept
+
+    def _own(self, group: Group, r: int, name: str, block: dict) -> dict[str, Any]:
+        """Run `r`'s part of a block, trimmed to its own slots and record shapes."""
+        exp = group.exps[r]
+        s = exp.federation.num_slots
+        own: dict[str, Any] = {"records": {}}
+        for key, value in block.items():
+            kind, _, field = key.partition("/")
+            if kind == "metrics":
+                own[field] = value[r][:, :s]
+            else:
+                own["records"][field] = value[r]
+        k = int(exp.ctx.neighbors.shape[1])
+        if s < group.shapes.slots or k < group.shapes.degree:
+            key = (name, static_hparams(exp.config.hparams_for(name)), s, k)
+            if key not in self.shapes:  # the runs of a program share model and data shapes
+                self.shapes[key] = record_shapes(name, exp)
+            own["records"] = {f: _trim(v, self.shapes[key][f]) for f, v in own["records"].items()}
+        return own
+
+    def _log(self, name: str, kept: dict[int, int]) -> None:
+        """The block's new rounds of every run (`kept`: run -> rounds) to the writers."""
+        for run, n in kept.items():
+            if n and self.opt.writers:
+                self._log_run(run, name, n)
+
+    def _log_run(self, run: int, name: str, kept: int) -> None:
+        track = self.table.track(run, name)
+        end = track.rounds
+        lo = end - kept
+        event = Logged(
+            run=run,
+            labels=self.table.labels[run],
+            method=name,
+            rounds=np.arange(lo + 1, end + 1),
+            metrics={k: track.metric(k)[lo:end] for k in track.metrics},
+            arrays={k: track.array(k)[lo:end] for k in track.arrays if k != "finite"},
+            records={k: track.record(k)[lo:end] for k in track.records},
+        )
+        for writer in self.opt.writers:
+            writer.log(event)
+
+    def _commit(self, gi: int, name: str, done: int, state: Any, finished: bool) -> None:
+        if self.ckpt is None:
+            return
+        if finished:
+            self.finished.append((gi, name))
+        current = None if finished else [gi, name, done]
+        progress = {
+            "finished": [list(x) for x in self.finished],
+            "current": current,
+            "blocks": self.blocks,
+        }
+        meta = {"programs": self.programs, "progress": progress, "compile_s": self.compile_s}
+        self.ckpt.commit(meta, state)
+
+    # ------------------------------------------------------------------ progress
+    def _bar(self, gi: int, name: str, rounds: int, start: int) -> Bar:
+        group = self.groups[gi]
+        if len(self.exps) == 1:
+            return Bar(progress_bar(name, rounds, start, self.opt.progress, "round"), 1)
+        desc = f"{name} {gi + 1}/{len(self.groups)}" if len(self.groups) > 1 else name
+        bar = progress_bar(
+            desc, rounds * group.real, start * group.real, self.opt.progress, "run-round"
+        )
+        return Bar(bar, group.real)
+
+    def _postfix(self, group: Group, name: str) -> dict[str, str]:
+        if len(self.exps) != 1:
+            return {}
+        acc = self.table.track(group.real_ids[0], name).metric("target_accuracy")
+        return {} if acc is None else {"target_acc": f"{acc[-1]:.3f}"}
+
+
+class Bar:
+    """A progress bar advanced by rounds times the runs they cover; a context manager."""
+
+    def __init__(self, bar: Any, runs: int) -> None:
+        self.bar, self.runs = bar, runs
+
+    def advance(self, rounds: int, postfix: dict[str, str]) -> None:
+        self.bar.update(rounds * self.runs)
+        self.bar.set_postfix(**postfix)
+
+    def __enter__(self) -> Bar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.close()
+
+
+def host_block(out: Any, real: int, n: int) -> dict[str, np.ndarray]:
+    """A program call's `RoundOut [R, kmax, ...]` on the host as flat arrays of the real runs
+    and the `n` rounds run: `metrics/<name>` and `records/<key>`, each `[real, n, ...]`."""
+    flat = {f"metrics/{k}": v for k, v in out.metrics.items()}
+    flat.update({f"records/{k}": v for k, v in out.records.items()})
+    return {k: np.asarray(v)[:real, :n] for k, v in flat.items()}
+
+
+def _trim(value: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """`value [n, ...]` cut to `[n, *shape]` (padding sits at the end of every axis)."""
+    return value[(slice(None), *(slice(0, d) for d in shape))]
+
+
+def record_shapes(name: str, exp: Experiment) -> dict[str, tuple]:
+    """The per-round shape of each record of method `name` in run `exp` on its own (unpadded)
+    context (`jax.eval_shape`: nothing runs)."""
+    alg, hp = get_algorithm(name), hparam_leaves(exp.config.hparams_for(name))
+    ctx = exp.ctx.replace(shards=1)
+
+    def probe(ctx, evals, key_data, hp):
+        key = jax.random.wrap_key_data(key_data)
+        state = init_state(alg, hp, key, ctx)
+        return round_step(alg, hp, state, key, ctx, evals)[1].records
+
+    out = jax.eval_shape(probe, ctx, (exp.test, exp.val), exp.init_key, hp)
+    return {k: tuple(v.shape) for k, v in out.items()}
+
+
+def execute(
+    exps: Sequence[Experiment],
+    labels: Sequence[dict[str, Any]],
+    mesh: Mesh,
+    options: Options,
+    checkpoint: Checkpoint | None = None,
+) -> tuple[Table, dict[str, Any]]:
+    """Run every method of every run (all with the same methods and rounds); returns the
+    filled `Table` and the job's `meta` (programs, devices, timings)."""
+    job = Job(list(exps), labels, mesh, options, checkpoint)
+    try:
+        job.run()
+    finally:
+        for writer in options.writers:
+            writer.close()
+    meta = {
+        "methods": list(job.methods),
+        "runs": len(exps),
+        "programs": len(job.groups),
+        "devices": int(mesh.devices.size),
+        "mesh": dict(mesh.shape),
+        "timings": dict(job.timings),
+    }
+    return job.table, meta

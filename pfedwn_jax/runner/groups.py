@@ -1,0 +1,152 @@
+"""Runs grouped into programs: what shares a compiled program, how many runs fit, placement.
+
+Runs share a program when `run_key` is equal (`batch.program_key`: model, data shapes, the
+schedule, the link model; plus every method's static hyperparameters). A group is split into
+programs of as many runs as the memory plan fits (`sweeps.memory`), a multiple of the mesh's
+run axis, each padded to it by repeating its last run; its contexts are padded to common
+shapes, stacked along a run axis (shared leaves kept once) and placed on the mesh.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+from jax.sharding import Mesh
+
+from pfedwn_jax.algorithms import get_algorithm, hparam_leaves, static_hparams
+from pfedwn_jax.experiment.setup import Experiment
+from pfedwn_jax.runner import memory
+from pfedwn_jax.runner.batch import Shapes, pad_context, program_key, stack_runs
+from pfedwn_jax.runner.program import RUNS, SLOTS, AxesKey, init_program, place, share_counters
+from pfedwn_jax.runner.program import state_axes as counter_axes
+
+
+@dataclasses.dataclass(eq=False)
+class Group:
+    """Runs that share a program, padded, stacked and placed.
+
+    Attributes:
+      ids: indices of the job's runs (padding runs repeat the last); `real` of them are real.
+      exps: the experiments of `ids`.
+      shapes: the group's common shapes.
+      ctx, ctx_axes: the stacked, placed `RoundContext` and its `vmap` axes.
+      evals, evals_axes: `(test, val)` stacked and placed, and their axes.
+      init_keys, round_roots: `[R, 2]` key data, placed.
+    """
+
+    ids: tuple[int, ...]
+    real: int
+    exps: list[Experiment]
+    shapes: Shapes
+    ctx: Any
+    ctx_axes: Any
+    evals: Any
+    evals_axes: Any
+    init_keys: Any
+    round_roots: Any
+
+    @property
+    def real_ids(self) -> tuple[int, ...]:
+        return self.ids[: self.real]
+
+
+def run_key(exp: Experiment) -> tuple:
+    """Runs with equal keys share programs: `program_key` plus every method's static
+    hyperparameters."""
+    c = exp.config
+    return program_key(exp) + tuple(static_hparams(c.hparams_for(m)) for m in c.method_names)
+
+
+def plan_programs(
+    exps: Sequence[Experiment], mesh: Mesh, *, max_runs: int | None = None
+) -> list[list[int]]:
+    """The real runs of each program: runs grouped by `run_key`, each group split into
+    programs of at most `max_runs` runs (None: as many as the memory plan fits, `runs_that_fit`),
+    a multiple of the mesh's run axis."""
+    by_key: dict[tuple, list[int]] = {}
+    for i, e in enumerate(exps):
+        by_key.setdefault(run_key(e), []).append(i)
+    per_device = mesh.shape[RUNS]
+    programs = []
+    for ids in by_key.values():
+        if max_runs is None:
+            size = runs_that_fit([exps[i] for i in ids], per_device)
+        else:
+            size = per_device * max(1, math.ceil(max_runs / per_device))
+        programs += [ids[lo : lo + size] for lo in range(0, len(ids), size)]
+    return programs
+
+
+def runs_that_fit(members: Sequence[Experiment], devices: int) -> int:
+    """Runs per program the memory plan allows (`memory.plan`, the most demanding method);
+    a `ValueError` naming the plan, the memory and what to reduce when not one run fits."""
+    e = members[0]
+    shared = len({id(m.data) for m in members}) == 1
+    ests = [
+        memory.estimate(e.ctx, e.test, name, e.config.hparams_for(name), shared_data=shared)
+        for name in e.config.method_names
+    ]
+    worst = max(ests, key=lambda est: est.total(len(members)))
+    budget = memory.available_bytes()
+    if jax.process_count() > 1:  # every process must plan the same programs: the tightest
+        budget = int(np.min(multihost_utils.process_allgather(np.float32(budget))))  # x64 off
+    return memory.plan(len(members), worst, devices=devices, budget=budget)
+
+
+def make_group(ids: Sequence[int], exps: Sequence[Experiment], mesh: Mesh) -> Group:
+    """One program's group: padded to a multiple of the run axis, contexts padded, stacked,
+    placed (slots of a run split over the mesh's `"slots"` axis)."""
+    real = len(ids)
+    ids = list(ids) + [ids[-1]] * (-real % mesh.shape[RUNS])
+    members = [exps[i] for i in ids]
+    shapes = Shapes(members)
+    padded = [pad_context(e, shapes) for e in members]
+    ctx, ctx_axes = stack_runs([p[0].replace(shards=mesh.shape[SLOTS]) for p in padded])
+    evals, evals_axes = stack_runs([p[1] for p in padded])
+    keys = [np.stack([getattr(e, k) for e in members]) for k in ("init_key", "round_root")]
+    return Group(
+        tuple(ids),
+        real,
+        members,
+        shapes,
+        place(ctx, ctx_axes, mesh),
+        ctx_axes,
+        place(evals, evals_axes, mesh),
+        evals_axes,
+        *(place(k, 0, mesh) for k in keys),
+    )
+
+
+def stacked_hparams(group: Group, name: str, mesh: Mesh) -> tuple[Any, Any]:
+    """`(hp, axes)`: the runs' hyperparameters of method `name`, stacked (leaves equal in
+    every run kept once) and placed. A single run's stay uncommitted scalars: a loss that
+    closes over one inside the engine's slot `shard_map` must not carry the mesh in its
+    type (its constant would clash with the manual axis there)."""
+    hps = [hparam_leaves(e.config.hparams_for(name)) for e in group.exps]
+    hp, axes = stack_runs(hps)
+    if len(group.ids) == 1:
+        return jax.tree.map(jax.numpy.asarray, hp), axes
+    return place(hp, axes, mesh), axes
+
+
+def axes_key(group: Group, state: Any, hp_axes: Any) -> AxesKey:
+    """The `AxesKey` of a group's program for a state like `state` (run-stacked)."""
+    return AxesKey(counter_axes(state), group.ctx_axes, group.evals_axes, hp_axes)
+
+
+def init_states(group: Group, name: str, mesh: Mesh) -> tuple[Any, Any]:
+    """`(state, hp_axes)`: every run's initial `RunState` of method `name` (one vmapped
+    program), round counters shared, placed (slots split over `"slots"`)."""
+    alg = get_algorithm(name)
+    hp, hp_axes = stacked_hparams(group, name, mesh)
+    key = AxesKey(None, group.ctx_axes, group.evals_axes, hp_axes)
+    state = init_program(alg, key, mesh, len(group.ids))(hp, group.init_keys, group.ctx)
+    state = share_counters(state)
+    state = place(state, counter_axes(state), mesh, group.shapes.slots)
+    return state, (hp, hp_axes)

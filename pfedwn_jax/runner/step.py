@@ -1,0 +1,138 @@
+"""One round of one run: `round_step(alg, hp, state, key, ctx, evals) -> (state, RoundOut)`.
+
+The round returns what it produces; nothing leaves it any other way. Everything that lives
+across rounds is in `RunState`: the algorithm's own state and, with `stale` links or
+mobility, the per-link state (`experiment.links.LinkTrack`: the cache of received models,
+node positions, current neighbor lists). The round draws this round's links, runs the
+algorithm's round (which returns the models it sent), caches what arrived of them, and
+evaluates every slot's personalised model: `RoundOut.metrics` (per slot) and
+`RoundOut.records` (the algorithm's and the links' records, e.g. pFedWN's `pi [S, K]`).
+Pure and jittable; `jax.eval_shape` of a round works.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from pfedwn_jax.algorithms import Algorithm, RoundContext
+from pfedwn_jax.data import ClientData
+from pfedwn_jax.engine import constrain_slots, evaluate
+from pfedwn_jax.experiment.divergence import TRAIN_LOSS, slot_finite
+from pfedwn_jax.experiment.links import begin_round, end_round, init_track, needs_track
+
+#: Per-slot metrics of every round (`RoundOut.metrics`), `[S]` each; `val_accuracy` only
+#: with a validation split.
+METRICS = ("accuracy", "loss", "finite", "val_accuracy")
+
+
+@flax.struct.dataclass
+class RunState:
+    """Everything of one run and method that lives across rounds.
+
+    Attributes:
+      alg: the algorithm's state (leaves `[S, ...]` where per slot).
+      links: the per-link state (`LinkTrack`: stale-link cache, positions, current lists), or
+        None when the links keep none.
+    """
+
+    alg: Any
+    links: Any = None
+
+
+class RoundOut(NamedTuple):
+    """What a round produces besides the next state.
+
+    Attributes:
+      metrics: `accuracy [S]`, `loss [S]` (test split), `finite [S]` (bool, `slot_finite`), and
+        `val_accuracy [S]` with a validation split.
+      records: the algorithm's records (e.g. `pi [S, K]`, `train_loss [S]`) and the links'
+        (`link_received [S, K]`, `link_failure_rate []`, with mobility `positions [S, 2]`,
+        `neighbors`/`neighbor_mask [S, K]`, `reselected []`, with stale links `link_age`).
+    """
+
+    metrics: dict[str, jax.Array]
+    records: dict[str, jax.Array]
+
+
+def init_state(alg: Algorithm, hp: Any, key: jax.Array, ctx: RoundContext) -> RunState:
+    """The initial `RunState` of `alg` (jittable); `key` is the run's init key."""
+    state = alg.init(key, ctx, hp)
+    if not needs_track(ctx.links):
+        return RunState(state)
+    params = jax.eval_shape(lambda s: alg.eval_params(s, ctx, hp), state)  # [S, ...]
+    return RunState(state, init_track(key, ctx, params))
+
+
+def round_step(
+    alg: Algorithm,
+    hp: Any,
+    state: RunState,
+    key: jax.Array,
+    ctx: RoundContext,
+    evals: tuple[ClientData, ClientData | None],
+) -> tuple[RunState, RoundOut]:
+    """One round of `alg` plus the evaluation of every slot; `evals` is `(test, val)`."""
+    round_ctx, link_records, drawn = _draw_links(ctx, state.links, key)
+    algstate, sent = _checked_round(alg, alg.round(state.alg, key, round_ctx, hp))
+    track = state.links
+    if track is not None:
+        track, more = end_round(round_ctx, track, drawn, sent, key)
+        link_records = {**link_records, **more}
+    state = constrain_slots(RunState(algstate, track), ctx.num_slots, ctx.shards)
+    params = alg.eval_params(state.alg, round_ctx, hp)
+    records = alg.records(state.alg, round_ctx, hp) if alg.records is not None else {}
+    records = {**records, **link_records}
+    return state, RoundOut(_metrics(round_ctx, params, evals, records), records)
+
+
+def _draw_links(ctx: RoundContext, track: Any, key: jax.Array) -> tuple[RoundContext, dict, Any]:
+    """This round's link outcomes (`experiment.links.begin_round`): the context whose
+    `neighbor_mask` holds the models the algorithm may combine, the link records and what
+    was drawn (for `end_round`); the context itself without a link model."""
+    if ctx.links is None:
+        return ctx, {}, None
+    return begin_round(ctx, track, key)
+
+
+def _checked_round(alg: Algorithm, out: Any) -> tuple[Any, Any]:
+    """`(state, sent)` of an algorithm's round; a ValueError for any other return value."""
+    if type(out) is not tuple or len(out) != 2:
+        raise ValueError(
+            f"algorithm {alg.name!r}: round must return (state, sent), sent being the models "
+            f"[S, ...] the slots sent (or None); got {type(out).__name__}"
+        )
+    return out
+
+
+def _metrics(
+    ctx: RoundContext, params: Any, evals: tuple[ClientData, Any], records: dict[str, jax.Array]
+) -> dict[str, jax.Array]:
+    """Per-slot test accuracy and loss, divergence flags and (with `val`) val accuracy."""
+    test, val = evals
+    out = evaluate(ctx.model, params, test, ctx.data_client)
+    losses = [out["loss"]]
+    if TRAIN_LOSS in records and records[TRAIN_LOSS].shape == (ctx.num_slots,):
+        losses.append(records[TRAIN_LOSS])
+    metrics = {"accuracy": out["accuracy"], "loss": out["loss"]}
+    metrics["finite"] = slot_finite(params, losses)
+    if val is not None:
+        metrics["val_accuracy"] = evaluate(ctx.model, params, val, ctx.data_client)["accuracy"]
+    return metrics
+
+
+@functools.lru_cache(maxsize=32)
+def jitted_round(alg: Algorithm) -> Any:
+    """`round_step` of `alg` on its own, jitted: `(hp, state, key, ctx, evals) -> (state,
+    RoundOut)` (the state donated): one round of one run outside the driver, for tests,
+    memory analysis and benchmarks."""
+    return jax.jit(functools.partial(round_step, alg), donate_argnums=1)
+
+
+def zeros_like_out(out: RoundOut) -> RoundOut:
+    """A `RoundOut` of zeros shaped like `out` (arrays or `ShapeDtypeStruct`s)."""
+    return jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), out)
