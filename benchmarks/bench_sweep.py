@@ -102,11 +102,12 @@ class CompileClock:
 def clear_caches() -> None:
     """Forget every compiled program (JAX's and the package's jit caches): the next
     measurement compiles as a fresh process would."""
-    from pfedwn_jax.experiment import runner
-    from pfedwn_jax.sweeps import program
+    from pfedwn_jax.experiment import setup
+    from pfedwn_jax.runner import program, step
 
-    runner._jitted_step.cache_clear()
-    program.block_program.cache_clear()
+    for cached in (program.block_program, program.init_program, step.jitted_round):
+        cached.cache_clear()
+    setup._dataset.cache_clear()  # a fresh process reads its data again
     jax.clear_caches()
 
 

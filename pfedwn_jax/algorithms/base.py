@@ -155,6 +155,9 @@ class RoundContext:
       adjacency: ``[S, S]`` bool dense view of the lists (``adjacency[i, j]``: slot ``i``
         receives slot ``j``'s model), or None. Derived, for small networks and tests only: no
         algorithm reads it.
+      init_params: the shared initial model ``model.init(init key)`` (one model, no slot
+        axis) while the runner initialises a state, else None: computed once for every
+        method (``init_clients`` uses it), so no method's init compiles the model's again.
     """
 
     model: Any = flax.struct.field(pytree_node=False)
@@ -173,6 +176,7 @@ class RoundContext:
     momentum: Any = None
     links: Any = None
     adjacency: Any = None
+    init_params: Any = None
 
     @property
     def num_slots(self) -> int:

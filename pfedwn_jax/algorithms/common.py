@@ -24,6 +24,7 @@ from pfedwn_jax._checks import check_shape, is_concrete
 from pfedwn_jax.algorithms.base import RoundContext
 from pfedwn_jax.engine import (
     ClientState,
+    broadcast_slots,
     check_neighbors,
     init_client_state,
     local_train,
@@ -77,8 +78,12 @@ def check_context(ctx: RoundContext) -> None:
 
 def init_clients(key: jax.Array, ctx: RoundContext, *, same_init: bool = True) -> ClientState:
     """The stacked ``ClientState`` ``[S, ...]`` of every slot (one shared initial model by
-    default, as FL does); checks the context's shapes first."""
+    default, as FL does, ``ctx.model.init(key)``, or ``ctx.init_params`` where the runner has
+    computed it already); checks the context's shapes first."""
     check_context(ctx)
+    if same_init and ctx.init_params is not None:
+        params = broadcast_slots(ctx.init_params, ctx.num_slots)
+        return ClientState(params, jax.vmap(ctx.tx.init)(params))
     return init_client_state(ctx.model, ctx.tx, key, ctx.num_slots, same_init=same_init)
 
 

@@ -17,6 +17,7 @@ import dataclasses
 import functools
 import hashlib
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -106,6 +107,7 @@ def load_data(config: ExperimentConfig) -> tuple[FederatedData, str]:
             val_fraction=config.val_fraction,
             **class_options(config.partition, config.classes_per_client),
             max_samples_per_client=config.max_samples_per_client,
+            device=False,  # host arrays: the driver places each group's stack once
         )
     except ValueError as e:
         raise ValueError(f"partition: {e}") from None
@@ -153,6 +155,41 @@ def build_context(
     )
 
 
+#: The config fields a federation depends on (`experiment.federation`): runs that share them
+#: (a seed sweep) share one federation.
+FEDERATION_FIELDS = (
+    "mode",
+    "num_neighbors",
+    "topology_seed",
+    "target",
+    "gamma_th",
+    "eps",
+    "moments",
+    "channel",
+    "selection",
+    "node_density",
+    "candidates",
+    "interference_cutoff",
+    "interference_tail",
+)
+
+
+def federation_of(config: ExperimentConfig) -> Federation:
+    """`build_federation(config)`, computed once per process for the fields it reads."""
+    key = tuple(
+        (f, tuple(sorted(v.items())) if isinstance(v, Mapping) else v)
+        for f in FEDERATION_FIELDS
+        for v in [getattr(config, f)]
+    )
+    return _federation(key)
+
+
+@functools.lru_cache(maxsize=32)
+def _federation(key: tuple) -> Federation:
+    fields = {f: dict(v) if f == "channel" else v for f, v in key}
+    return build_federation(ExperimentConfig(**fields))
+
+
 def round_keys(seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(init key, root of the per-round keys) as `[2]` uint32 key data, equal for every
     method."""
@@ -167,7 +204,7 @@ def setup(config: ExperimentConfig) -> Experiment:
         raise ValueError(f"config must be an ExperimentConfig; got {type(config).__name__}")
     data, fingerprint = load_data(config)
     model = build_model(config, data.num_classes, data.train.x.shape[2:])
-    fed = mobile_federation(build_federation(config), config)
+    fed = mobile_federation(federation_of(config), config)
     ctx = build_context(config, fed, data, model)
     return Experiment(config, data, fed, ctx, *round_keys(config.seed), fingerprint)
 

@@ -110,13 +110,20 @@ def pad_lists(
 def pad_context(exp: Experiment, shapes: Shapes) -> tuple[RoundContext, tuple]:
     """`(ctx, (test, val))` of `exp` padded to `shapes` (see the module docstring); host
     arrays; `val` None without a validation split. Padded slots train on the last data
-    client (the ghost, when there are padded slots)."""
+    client (the ghost, when there are padded slots). The data splits get the ghost client
+    only: `stack_runs(..., pad_ragged=True)` pads their samples into the stacked array."""
     ctx, n = exp.ctx, shapes.slots
     neighbors, mask = pad_lists(
         np.asarray(ctx.neighbors), np.asarray(ctx.neighbor_mask), n, shapes.degree
     )
+
+    def clients(data: ClientData | None) -> ClientData | None:
+        if data is None or data.num_clients == shapes.clients:
+            return data
+        return pad_client_data(data, shapes.clients, data.max_samples)
+
     padded = ctx.replace(
-        train=pad_client_data(exp.data.train, shapes.clients, shapes.train),
+        train=clients(exp.data.train),
         data_client=_pad_axis(np.asarray(ctx.data_client), 0, n, shapes.clients - 1),
         neighbors=neighbors,
         neighbor_mask=mask,
@@ -127,11 +134,7 @@ def pad_context(exp: Experiment, shapes: Shapes) -> tuple[RoundContext, tuple]:
         momentum=None if ctx.momentum is None else np.asarray(ctx.momentum),
         links=None if ctx.links is None else pad_links(ctx.links, n, shapes.degree),
     )
-    test = pad_client_data(exp.data.test, shapes.clients, shapes.test)
-    val = exp.data.val
-    if val is not None:
-        val = pad_client_data(val, shapes.clients, shapes.val)
-    return padded, (test, val)
+    return padded, (clients(exp.data.test), clients(exp.data.val))
 
 
 def pad_links(links: Any, slots: int, k: int) -> Any:
@@ -144,14 +147,13 @@ def pad_links(links: Any, slots: int, k: int) -> Any:
     )
 
 
-def stack_runs(trees: Sequence[Any], *, pad_ragged: bool = False) -> tuple[Any, Any]:
+def stack_runs(trees: Sequence[Any], *, pad_ragged: bool = True) -> tuple[Any, Any]:
     """`(stacked, axes)`: the runs' pytrees (same structure) as one tree for `vmap`.
 
     A leaf equal in every run is kept once (axis None), any other is stacked (axis 0).
-    `pad_ragged`: leaves whose shapes differ between runs are zero-padded at the end of each
-    axis first (states whose shapes follow the unpadded context; the states `init` builds
-    from padded contexts already agree).
-    Leaves come back as host arrays (NumPy), not yet placed on a mesh.
+    `pad_ragged`: leaves whose shapes differ between runs (each run's data padded to its own
+    largest client) are zero-padded at the end of each axis into the stacked array; else
+    such leaves are an error. Leaves come back as host arrays (NumPy), not yet placed.
     """
     flat = [jax.tree_util.tree_flatten(t) for t in trees]
     treedef = flat[0][1]
@@ -161,23 +163,31 @@ def stack_runs(trees: Sequence[Any], *, pad_ragged: bool = False) -> tuple[Any, 
     leaves, axes = [], []
     for column in zip(*(f[0] for f in flat), strict=True):
         arrays = [np.asarray(a) for a in column]
-        if pad_ragged:
-            arrays = _pad_to_common(arrays)
-        if all(a.shape == arrays[0].shape and np.array_equal(a, arrays[0]) for a in arrays):
+        same = all(a.shape == arrays[0].shape for a in arrays)
+        if same and all(np.array_equal(a, arrays[0]) for a in arrays[1:]):
             leaves.append(arrays[0])
             axes.append(None)
-        else:
+        elif same:
             leaves.append(np.stack(arrays))
             axes.append(0)
+        elif pad_ragged:
+            leaves.append(_stack_padded(arrays))
+            axes.append(0)
+        else:
+            shapes = sorted({a.shape for a in arrays})
+            raise ValueError(f"runs of one program differ in a leaf's shape: {shapes}")
     return treedef.unflatten(leaves), treedef.unflatten(axes)
 
 
-def _pad_to_common(arrays: list[np.ndarray]) -> list[np.ndarray]:
-    """Zero-pad arrays of equal rank to their common (max) shape."""
-    shape = np.max([a.shape for a in arrays], axis=0) if arrays[0].ndim else ()
-    out = []
-    for a in arrays:
-        for axis, size in enumerate(shape):
-            a = _pad_axis(a, axis, int(size))
-        out.append(a)
+def _stack_padded(arrays: list[np.ndarray]) -> np.ndarray:
+    """`[R, *common]` of arrays of equal rank, each zero-padded at the end of every axis to
+    their common (largest) shape, written into one array (no padded copies)."""
+    if len({a.ndim for a in arrays}) > 1:
+        raise ValueError(
+            f"runs of one program differ in a leaf's rank: {[a.shape for a in arrays]}"
+        )
+    shape = tuple(int(s) for s in np.max([a.shape for a in arrays], axis=0))
+    out = np.zeros((len(arrays), *shape), np.result_type(*arrays))
+    for r, a in enumerate(arrays):
+        out[(r, *(slice(0, d) for d in a.shape))] = a
     return out

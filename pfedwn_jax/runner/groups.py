@@ -23,7 +23,15 @@ from pfedwn_jax.algorithms import get_algorithm, hparam_leaves, static_hparams
 from pfedwn_jax.experiment.setup import Experiment
 from pfedwn_jax.runner import memory
 from pfedwn_jax.runner.batch import Shapes, pad_context, program_key, stack_runs
-from pfedwn_jax.runner.program import RUNS, SLOTS, AxesKey, init_program, place, share_counters
+from pfedwn_jax.runner.program import (
+    RUNS,
+    SLOTS,
+    AxesKey,
+    init_program,
+    model_init_program,
+    place,
+    share_counters,
+)
 from pfedwn_jax.runner.program import state_axes as counter_axes
 
 
@@ -38,6 +46,7 @@ class Group:
       ctx, ctx_axes: the stacked, placed `RoundContext` and its `vmap` axes.
       evals, evals_axes: `(test, val)` stacked and placed, and their axes.
       init_keys, round_roots: `[R, 2]` key data, placed.
+      init_params: each run's initial model `[R, ...]` (`model_init_program`), once computed.
     """
 
     ids: tuple[int, ...]
@@ -50,6 +59,7 @@ class Group:
     evals_axes: Any
     init_keys: Any
     round_roots: Any
+    init_params: Any = None
 
     @property
     def real_ids(self) -> tuple[int, ...]:
@@ -146,7 +156,12 @@ def init_states(group: Group, name: str, mesh: Mesh) -> tuple[Any, Any]:
     alg = get_algorithm(name)
     hp, hp_axes = stacked_hparams(group, name, mesh)
     key = AxesKey(None, group.ctx_axes, group.evals_axes, hp_axes)
-    state = init_program(alg, key, mesh, len(group.ids))(hp, group.init_keys, group.ctx)
+    runs = len(group.ids)
+    if group.init_params is None:  # once per group: every method starts from these
+        model = group.exps[0].ctx.model
+        group.init_params = model_init_program(model, mesh, runs)(group.init_keys)
+    program = init_program(alg, key, mesh, runs)
+    state = program(hp, group.init_keys, group.ctx, group.init_params)
     state = share_counters(state)
     state = place(state, counter_axes(state), mesh, group.shapes.slots)
     return state, (hp, hp_axes)

@@ -68,8 +68,14 @@ def _round(alg, records, hp, state, key, *, ctx, evals):
     return state, _select(out, records)
 
 
-def _init_block(alg: Algorithm, hp, key_data, ctx):
-    return init_state(alg, hp, jax.random.wrap_key_data(key_data), ctx)
+def _init_block(alg: Algorithm, hp, key_data, ctx, params):
+    """One run's initial `RunState`, the model's initial `params` computed already."""
+    key = jax.random.wrap_key_data(key_data)
+    return init_state(alg, hp, key, ctx.replace(init_params=params))
+
+
+def _model_init(model: Any, key_data: jax.Array) -> Any:
+    return model.init(jax.random.wrap_key_data(key_data))
 
 
 def _single(fn: Any, in_axes: tuple, out_axes: Any) -> Any:
@@ -140,11 +146,18 @@ def block_program(
 
 @functools.lru_cache(maxsize=64)
 def init_program(alg: Algorithm, axes_key: AxesKey, mesh: Mesh, runs: int):
-    """The jitted, run-vmapped `init_state` of `alg`: `(hp, init_keys, ctx) -> state`, every
-    leaf with the run axis."""
+    """The jitted, run-vmapped `init_state` of `alg`: `(hp, init_keys, ctx, params) ->
+    state`, every leaf with the run axis (`params`: `model_init_program`'s)."""
     _, ctx_axes, _, hp_axes = axes_key.axes
     fn = functools.partial(_init_block, alg)
-    return jax.jit(_sharded(fn, (hp_axes, 0, ctx_axes), 0, mesh, runs))
+    return jax.jit(_sharded(fn, (hp_axes, 0, ctx_axes, 0), 0, mesh, runs))
+
+
+@functools.lru_cache(maxsize=16)
+def model_init_program(model: Any, mesh: Mesh, runs: int):
+    """The jitted, run-vmapped `model.init`: `init_keys [R, 2] -> params [R, ...]`, the one
+    initial model of each run that every method starts from (compiled once per model)."""
+    return jax.jit(_sharded(functools.partial(_model_init, model), (0,), 0, mesh, runs))
 
 
 class AxesKey:
