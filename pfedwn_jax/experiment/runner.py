@@ -53,6 +53,7 @@ from pfedwn_jax.algorithms import (
     static_hparams,
 )
 from pfedwn_jax.data import DEFAULT_DATASET, ClientData, FederatedData, load_dataset, make_federated
+from pfedwn_jax.data.batching import fit_batch_size
 from pfedwn_jax.data.federate import class_options
 from pfedwn_jax.distributed import gather_to_host
 from pfedwn_jax.engine import constrain_slots, evaluate, put_slots, replicate, resolve_shards
@@ -141,7 +142,7 @@ def build_context(
         neighbor_mask=jnp.asarray(neighbor_mask, bool),
         is_target=jnp.asarray(fed.is_target, bool),
         num_samples=num_samples,
-        batch_size=config.batch_size,
+        batch_size=fit_batch_size(config.batch_size, np.asarray(data.train.count)[fed.data_client]),
         local_epochs=config.local_epochs,
         num_steps=config.local_steps,
         lr=jnp.float32(config.lr),
