@@ -55,3 +55,62 @@ def test_setup_clamps_the_batch_of_the_round_context():
     largest = int(np.asarray(exp.data.train.count)[exp.federation.data_client].max())
     assert exp.ctx.batch_size == largest
     assert setup(ExperimentConfig(**TINY_RUN)).ctx.batch_size == TINY_RUN["batch_size"]
+
+
+# --------------------------------------------------------------------------- size guards
+def test_error_probability_of_two_million_neighbors_is_refused_before_jax_allocates():
+    from pfedwn_jax.wireless import error_probability
+
+    nbrs = np.random.default_rng(0).uniform(0, 50, (2_000_000, 2))
+    with pytest.raises(ValueError) as err:
+        error_probability(np.zeros(2), nbrs, 5.0)
+    text = str(err.value)
+    for part in ("2000000 neighbor(s)", "TiB", "free on the device", "sparse_error_probability"):
+        assert part in text, (part, text)
+
+
+@pytest.fixture
+def small_device(monkeypatch):
+    """Every size guard sees a device with 1 MiB free and checks every estimate."""
+    from pfedwn_jax import devices
+
+    monkeypatch.setattr(devices, "_CHECK_FLOOR", 0)
+    monkeypatch.setattr(devices, "available_bytes", lambda device=None: 1 << 20)
+
+
+def test_every_link_level_call_checks_its_size(small_device):
+    from pfedwn_jax.wireless import (
+        candidate_neighbors,
+        error_probability,
+        physical_received,
+        simulate_links,
+        sparse_error_probability,
+    )
+
+    xy = np.random.default_rng(1).uniform(0, 50, (600, 2))
+    with pytest.raises(ValueError, match=r"600 target\(s\) x 400 neighbor\(s\).*into chunks"):
+        error_probability(xy, xy[None, :400], 5.0)
+    with pytest.raises(ValueError, match=r"\(1000 draws\).*1 MiB free.*split the draws"):
+        simulate_links(jax.random.key(0), xy[0], xy[1:100], 5.0, 1000)
+    rx = np.arange(600, dtype=np.int32)
+    with pytest.raises(ValueError, match="num_interferers"):
+        physical_received(jax.random.key(0), xy, rx, (rx + 1) % 600, np.ones(600, bool), 5.0)
+    idx, mask = candidate_neighbors(xy, k=8)
+    with pytest.raises(ValueError, match="fewer interferers per receiver"):
+        sparse_error_probability(xy, idx, mask, 5.0)
+    assert error_probability(xy[0], xy[1:4], 5.0).shape == (3,)  # a small call still runs
+
+
+@pytest.mark.parametrize(("targets", "n"), [(1, 2000), (200, 300)])
+def test_the_error_probability_estimate_against_xla(targets, n):
+    """`perr_bytes` within [1, 2]x of XLA's own temporaries plus arguments."""
+    from pfedwn_jax.wireless import ChannelParams
+    from pfedwn_jax.wireless._inputs import link_inputs
+    from pfedwn_jax.wireless.perr import _perr_jit, moment_coefficients, perr_bytes
+
+    xy = np.random.default_rng(2).uniform(0, 50, (targets, n, 2))
+    links, params = link_inputs(xy[:, 0], xy, 5.0, None, ChannelParams())
+    m1, var1 = moment_coefficients(params, moments="paper")
+    mem = _perr_jit.lower(links, params, m1, var1, num_nodes=10).compile().memory_analysis()
+    xla = mem.temp_size_in_bytes + mem.argument_size_in_bytes + mem.output_size_in_bytes
+    assert 1.0 <= perr_bytes(targets, n, 4) / xla <= 2.0
