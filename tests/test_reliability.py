@@ -114,3 +114,45 @@ def test_the_error_probability_estimate_against_xla(targets, n):
     mem = _perr_jit.lower(links, params, m1, var1, num_nodes=10).compile().memory_analysis()
     xla = mem.temp_size_in_bytes + mem.argument_size_in_bytes + mem.output_size_in_bytes
     assert 1.0 <= perr_bytes(targets, n, 4) / xla <= 2.0
+
+
+# --------------------------------------------------------------------------- orbax's lines
+def _absl_records(caplog, emit):
+    from absl import logging as absl_logging
+
+    with caplog.at_level(logging.INFO):
+        caplog.clear()
+        emit(absl_logging)
+    return [r for r in caplog.records if r.name == "absl"]
+
+
+def test_benign_orbax_lines_are_dropped_and_real_ones_kept(caplog):
+    import pfedwn_jax.state_store  # noqa: F401  (installs the filter)
+
+    tmp = "Attempted to create temporary directory %s which already exists. Removing existing "
+    tmp += "directory since it is not finalized."
+    assert not _absl_records(caplog, lambda a: a.warning(tmp, "/x/3.orbax-checkpoint-tmp"))
+    assert _absl_records(caplog, lambda a: a.warning("Metadata file does not exist: %s", "/x"))
+
+    def failed(exc):
+        def emit(a):
+            try:
+                raise exc
+            except BaseException:
+                a.exception("Save Finalize thread (save_finalize) failed.")
+
+        return emit
+
+    assert not _absl_records(caplog, failed(KeyboardInterrupt()))
+    assert _absl_records(caplog, failed(OSError(28, "No space left on device")))
+
+
+def test_a_killed_saves_leftover_is_cleaned_up_without_a_warning(tmp_path, caplog):
+    from pfedwn_jax import state_store
+
+    state_store.save(tmp_path, 1, {"a": np.zeros(3)}, {"n": 1})
+    (tmp_path / "2.orbax-checkpoint-tmp" / "state").mkdir(parents=True)  # a killed save of 2
+    with caplog.at_level(logging.WARNING):
+        state_store.save(tmp_path, 2, {"a": np.ones(3)}, {"n": 2})
+    assert state_store.latest(tmp_path) == 2
+    assert not [r for r in caplog.records if r.name == "absl"], caplog.text
