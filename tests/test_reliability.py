@@ -156,3 +156,68 @@ def test_a_killed_saves_leftover_is_cleaned_up_without_a_warning(tmp_path, caplo
         state_store.save(tmp_path, 2, {"a": np.ones(3)}, {"n": 2})
     assert state_store.latest(tmp_path) == 2
     assert not [r for r in caplog.records if r.name == "absl"], caplog.text
+
+
+# --------------------------------------------------------------------------- scripts
+def _script(name):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"{name}_script", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--only", "nosuch"],
+        ["--seeds", "a,b"],
+        ["--seeds=-1"],
+        ["--methods", "nosuch"],
+        ["--cpu-devices", "0"],
+        ["--out-is-a-file"],
+    ],
+)
+def test_robustness_script_checks_every_argument_before_any_work(args, tmp_path, capsys):
+    script = _script("robustness")
+    script.run_robustness = lambda *a, **k: pytest.fail("computed before checking")
+    out = tmp_path / "rob"
+    if args == ["--out-is-a-file"]:
+        out.write_text("")
+        args = []
+    assert script.main(["--preset", "tiny", "--out", str(out), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("robustness.py: error: --") and err.count("\n") == 1, err
+
+
+def test_reproduce_script_checks_out_and_items_before_any_work(tmp_path, capsys):
+    from pfedwn_jax.reproduce import learning
+
+    script = _script("reproduce")
+    file = tmp_path / "f"
+    file.write_text("")
+    original = learning.reproduce
+    learning.reproduce = lambda *a, **k: pytest.fail("computed before checking")
+    try:
+        for argv in (["--out", str(file)], ["--out", str(tmp_path), "--only", "fig99"]):
+            assert script.main(["--preset", "tiny", *argv]) == 2
+            err = capsys.readouterr().err
+            assert err.startswith("reproduce.py: error: --") and err.count("\n") == 1, err
+        with pytest.raises(SystemExit) as exit_:
+            script.main(["--preset", "tiny", "--out", ""])
+        assert exit_.value.code == 2 and "must not be empty" in capsys.readouterr().err
+    finally:
+        learning.reproduce = original
+
+
+# --------------------------------------------------------------------------- version
+def test_pfedwn_version(capsys):
+    from importlib.metadata import version
+
+    from pfedwn_jax.cli import main
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"pfedwn {version('pfedwn-jax')}"

@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from pfedwn_jax.cli.common import out_path
 from pfedwn_jax.distributed import is_writer
 from pfedwn_jax.experiment import (
     ExperimentConfig,
@@ -80,7 +81,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_config_flags(p)
     p.add_argument(
         "--out",
-        type=Path,
+        type=out_path,
         default=Path("runs/latest"),
         help="output directory (default: runs/latest)",
     )

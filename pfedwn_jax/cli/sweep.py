@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from pfedwn_jax._checks import check_bool, check_int
+from pfedwn_jax.cli.common import out_path
 from pfedwn_jax.cli.run import CASE_FIELDS, add_config_flags, config_from_args, flag
 from pfedwn_jax.experiment import ExperimentConfig
 from pfedwn_jax.io import check_writable_dir
@@ -81,7 +82,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--out",
-        type=Path,
+        type=out_path,
         default=Path("runs/sweep"),
         help="output directory (default: runs/sweep)",
     )

@@ -325,7 +325,7 @@ def _check_records(cfg: ExperimentConfig) -> dict[str, Any]:
     }
 
 
-def _check_algorithms(algorithms: Any) -> tuple[str, ...]:
+def check_algorithms(algorithms: Any) -> tuple[str, ...]:
     """Registered, distinct names; a string is split at commas and must name one at least."""
     registered = list(available_algorithms())
     if isinstance(algorithms, str):
@@ -365,7 +365,7 @@ def _check_methods(model: Any, algorithms: Any, hparams: Any) -> dict[str, Any]:
         checked[alg] = {k: getattr(hp, k) for k in overrides}
     return {
         "model": check_choice("model", model, available_models()),
-        "algorithms": _check_algorithms(algorithms),
+        "algorithms": check_algorithms(algorithms),
         "hparams": checked,
     }
 
