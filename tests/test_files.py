@@ -21,7 +21,7 @@ from pfedwn_jax.experiment import runner as runner_mod
 from pfedwn_jax.experiment.report import RESUMED_NOTE
 
 TINY = {**TINY_RUN, "algorithms": ("local", "fedavg")}
-TINY_FLAGS = ["--model", "logreg", "--num-neighbors", "3", "--gamma-th", "1", "--eps", "0.5"]
+TINY_FLAGS = ["--model", "logreg", "--num-neighbors", "3", "--gamma-th", "1", "--eps", "0.12"]
 IS_ROOT = os.geteuid() == 0
 
 

@@ -158,6 +158,67 @@ def test_a_killed_saves_leftover_is_cleaned_up_without_a_warning(tmp_path, caplo
     assert not [r for r in caplog.records if r.name == "absl"], caplog.text
 
 
+# --------------------------------------------------------------------------- eps ceiling
+@pytest.mark.parametrize("moments", ["paper", "exact", "physical"])
+def test_perr_never_exceeds_the_ceiling_and_far_links_reach_it(moments):
+    from pfedwn_jax.wireless import error_probability, perr_ceiling
+
+    ceiling = perr_ceiling(moments=moments)
+    assert ceiling == pytest.approx(np.exp(-2.0))  # Table I: beta 2, Gamma 2
+    xy = np.random.default_rng(3).uniform(0, 50, (400, 2))
+    perr = np.asarray(error_probability(np.array([0.0, 0.0]), xy, 15.0, moments=moments))
+    assert ceiling - 1e-3 < perr.max() <= ceiling * (1 + 1e-6)  # float32 rounding
+
+
+def test_perr_ceiling_follows_the_channel_and_checks_its_inputs():
+    from pfedwn_jax.wireless import ChannelParams, perr_ceiling
+
+    assert perr_ceiling(ChannelParams(fading_threshold=1.0)) == pytest.approx(np.exp(-0.5))
+    with pytest.raises(ValueError, match="moments must be one of"):
+        perr_ceiling(moments="nosuch")
+
+
+def test_experiment_config_warns_once_about_an_eps_above_the_ceiling(caplog):
+    from pfedwn_jax.experiment import config as config_module
+
+    config_module._warn_once.cache_clear()
+    with caplog.at_level(logging.WARNING, logger="pfedwn_jax"):
+        ExperimentConfig(eps=0.1)
+        ExperimentConfig(eps=0.2, selection=False)  # eps does not matter without selection
+        ExperimentConfig(eps=0.2, channel={"fading_threshold": 1.0})  # ceiling 0.61
+        assert not caplog.records
+        ExperimentConfig(eps=0.2).replace(rounds=2)
+    assert len(caplog.records) == 1
+    assert "eps=0.2 is above 0.1353" in caplog.text and "selection=False" in caplog.text
+
+
+def test_the_eps_flags_refuse_a_value_above_the_ceiling(capsys, tmp_path):
+    from pfedwn_jax.cli import main
+
+    for argv in (
+        ["neighbors", "--eps", "0.2"],
+        ["run", "--eps", "0.2", "--moments", "exact", "--out", str(tmp_path)],
+        ["sweep", "--eps", "0.15", "--out", str(tmp_path)],
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "is above 0.1353" in err, err
+    assert not list(tmp_path.iterdir())  # refused before any work
+    assert main(["neighbors", "--eps", "0.1"]) == 0
+    assert "selected 3 of 10" in capsys.readouterr().out
+
+
+def test_refuse_eps_flag_uses_each_configs_own_ceiling():
+    from pfedwn_jax.cli.common import refuse_eps_flag
+
+    lenient = ExperimentConfig(eps=0.2, channel={"fading_threshold": 1.0})
+    assert refuse_eps_flag(0.2, lambda: [lenient]) == [lenient]
+    off = ExperimentConfig(eps=0.2, selection=False)
+    assert refuse_eps_flag(0.2, lambda: off) is off
+    with pytest.raises(ValueError, match=r"--eps=0\.2 is above"):
+        refuse_eps_flag(0.2, lambda: [lenient, ExperimentConfig(eps=0.2)])
+
+
 # --------------------------------------------------------------------------- scripts
 def _script(name):
     import importlib.util

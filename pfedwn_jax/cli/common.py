@@ -6,7 +6,9 @@
   system failed; 130: Ctrl-C), never a traceback;
 - argument types and checks that fail before any work: `out_path` (an empty `--out` is
   refused, not read as the current directory), `check_out_dir` (writable),
-  `parse_seed_list`, `parse_methods`, `as_flag` (a parser's error named by its flag).
+  `parse_seed_list`, `parse_methods`, `as_flag` (a parser's error named by its flag),
+  `check_eps_flag` / `refuse_eps_flag` (a selection threshold above the largest P_err is
+  refused at the flag).
 
 Imports nothing heavy (no JAX): a script parses and checks its arguments in milliseconds.
 """
@@ -14,6 +16,7 @@ Imports nothing heavy (no JAX): a script parses and checks its arguments in mill
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +28,7 @@ EXIT_USAGE = 2  # a bad argument or value: nothing was done
 EXIT_SYSTEM = 1  # the input was fine, the system failed (disk full, permissions)
 EXIT_INTERRUPTED = 130
 T = TypeVar("T")
+NO_SELECTION = "; --selection false runs without selection"
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -103,3 +107,60 @@ def as_flag(flag: str, name: str, parse: Callable[..., T], *args: Any) -> T:
         text = str(e)
         renamed = flag + text[len(name) :] if text.startswith(name) else f"{flag}: {text}"
         raise ValueError(renamed) from None
+
+
+# --------------------------------------------------------------------------- eps
+def check_eps_flag(
+    eps: float | None, params: Any = None, moments: str = "paper", hint: str = ""
+) -> None:
+    """`ValueError` when a selection threshold given as `--eps` lies above the largest P_err
+    of the formula (`wireless.perr_ceiling` of `params`): it would select every neighbor.
+    `hint` ends the message (e.g. the command's way to turn selection off)."""
+    if eps is None:
+        return
+    from pfedwn_jax.wireless import eps_ceiling_message
+
+    message = eps_ceiling_message(eps, params, moments)
+    if message is not None:
+        raise ValueError(f"--{message}{hint}")
+
+
+def refuse_eps_flag(eps: float | None, build: Callable[[], T]) -> T:
+    """`build()`'s configs (one `ExperimentConfig` or a list), refusing an explicit `--eps`
+    above the P_err ceiling of any config that selects (`check_eps_flag`, one line).
+
+    The configs' own warning about such an eps (logged on construction, for the Python API)
+    is held back while they are built and shown only when nothing is refused, so a refusal
+    is one line.
+    """
+    if eps is None:
+        return build()
+    from pfedwn_jax.wireless import ChannelParams
+
+    held: list[logging.LogRecord] = []
+    logger = logging.getLogger("pfedwn_jax")
+    hold = _Hold(held)
+    logger.addFilter(hold)
+    try:
+        built = build()
+    finally:
+        logger.removeFilter(hold)
+    for config in built if isinstance(built, list | tuple) else [built]:
+        if config.selection:
+            params = ChannelParams(**config.channel)
+            check_eps_flag(config.eps, params, config.moments, NO_SELECTION)
+    for record in held:
+        logger.handle(record)
+    return built
+
+
+class _Hold(logging.Filter):
+    """Keeps the records of a logger in `held` instead of emitting them."""
+
+    def __init__(self, held: list[logging.LogRecord]) -> None:
+        super().__init__()
+        self.held = held
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.held.append(record)
+        return False

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pfedwn_jax.cli.common import out_path
+from pfedwn_jax.cli.common import out_path, refuse_eps_flag
 from pfedwn_jax.distributed import is_writer
 from pfedwn_jax.experiment import (
     ExperimentConfig,
@@ -364,7 +364,7 @@ def _join() -> None:
 def main(args: argparse.Namespace) -> int:
     _join()
     out: Path = check_writable_dir(args.out, "--out")
-    configs = configs_from_args(args)
+    configs = refuse_eps_flag(args.eps, lambda: configs_from_args(args))
     if len(configs) == 1:
         result, written = _run_one(configs[0], out, args)
         if not is_writer():

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from pfedwn_jax._checks import check_bool, check_int
-from pfedwn_jax.cli.common import out_path
+from pfedwn_jax.cli.common import out_path, refuse_eps_flag
 from pfedwn_jax.cli.run import CASE_FIELDS, add_config_flags, config_from_args, flag
 from pfedwn_jax.experiment import ExperimentConfig
 from pfedwn_jax.io import check_writable_dir
@@ -173,7 +173,7 @@ def sweep_options(args: argparse.Namespace) -> SweepOptions:
     """The base config and the sweep options of `args`: defaults < `--config` < flags."""
     _check_single_values(args)
     fields, table = read_config_file(args.config)
-    config = config_from_args(args, fields)
+    config = refuse_eps_flag(getattr(args, "eps", None), lambda: config_from_args(args, fields))
     seeds = parse_seeds(args.seeds if args.seeds is not None else table.get("seeds", DEFAULT_SEEDS))
     grid = grid_from_args(args.grid, flatten_grid(table.get("grid", {})))
     zip_ = args.zip or check_bool("[sweep] zip", table.get("zip", False))
