@@ -118,8 +118,10 @@ def check_eps_flag(
     `hint` ends the message (e.g. the command's way to turn selection off)."""
     if eps is None:
         return
+    from pfedwn_jax._checks import check_float
     from pfedwn_jax.wireless import eps_ceiling_message
 
+    eps = check_float("eps", eps, 0.0, 1.0, low_inclusive=False, high_inclusive=False)
     message = eps_ceiling_message(eps, params, moments)
     if message is not None:
         raise ValueError(f"--{message}{hint}")
