@@ -116,6 +116,74 @@ def test_the_error_probability_estimate_against_xla(targets, n):
     assert 1.0 <= perr_bytes(targets, n, 4) / xla <= 2.0
 
 
+# --------------------------------------------------------------------------- files and data
+def test_npz_dataset_pointing_at_a_npy_file_is_a_named_error(tmp_path):
+    from pfedwn_jax.data import load_dataset
+
+    np.save(tmp_path / "x.npy", np.zeros((5, 4, 4), np.uint8))
+    with pytest.raises(ValueError, match=r"x\.npy' holds one array \(uint8 \[5, 4, 4\]\)"):
+        load_dataset(f"npz:{tmp_path / 'x.npy'}")
+
+
+def test_a_stray_label_is_named_with_the_label_count(tmp_path, caplog):
+    from pfedwn_jax.data import load_dataset
+
+    y = np.arange(100) % 10
+    x = np.zeros((100, 4, 4), np.uint8)
+    np.savez(tmp_path / "ok.npz", x_train=x, y_train=y)
+    y[7] = 1000
+    np.savez(tmp_path / "stray.npz", x_train=x, y_train=y)
+    with caplog.at_level(logging.WARNING, logger="pfedwn_jax"):
+        assert load_dataset(f"npz:{tmp_path / 'ok.npz'}").num_classes == 10
+        assert not caplog.records
+        assert load_dataset(f"npz:{tmp_path / 'stray.npz'}").num_classes == 1001
+    assert len(caplog.records) == 1
+    for part in ("largest label is 1000", "1001 classes", "only 11 distinct labels"):
+        assert part in caplog.text, caplog.text
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (b'{"schema": "pfedwn-res', "is not valid JSON"),  # truncated
+        (b"\x89PNG\x00\xff", "is not valid JSON"),  # binary
+        (b"[1, 2]", "not a results JSON"),
+        (b"{}", "not a results JSON: results schema must be one of"),
+        (b'{"schema": "pfedwn-results/1"}', "has no 'config' entry"),
+    ],
+)
+def test_result_load_of_a_damaged_file_names_the_file(tmp_path, content, expected):
+    from pfedwn_jax.experiment import Result
+
+    path = tmp_path / "results.json"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=expected) as err:
+        Result.load(path)
+    assert str(path) in str(err.value)
+
+
+def test_a_federation_without_any_selected_neighbor_warns(caplog):
+    from pfedwn_jax.experiment.federation import build_federation, selected_links
+
+    with caplog.at_level(logging.WARNING, logger="pfedwn_jax"):
+        assert selected_links(build_federation(ExperimentConfig())) == 3
+        assert not caplog.records
+        for mode in ("single", "network"):
+            fed = build_federation(ExperimentConfig(mode=mode, num_neighbors=4, gamma_th=1e4))
+            assert selected_links(fed) == 0
+    assert len(caplog.records) == 2
+    assert "no neighbor is selected" in caplog.text and "as Local" in caplog.text
+
+
+def test_an_empty_out_is_refused_not_read_as_the_current_directory(capsys):
+    from pfedwn_jax.cli import main
+
+    for command in ("run", "sweep"):
+        assert main([command, "--out", ""]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "must not be empty" in err, err
+
+
 # --------------------------------------------------------------------------- orbax's lines
 def _absl_records(caplog, emit):
     from absl import logging as absl_logging
