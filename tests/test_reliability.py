@@ -350,3 +350,42 @@ def test_pfedwn_version(capsys):
 
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.strip() == f"pfedwn {version('pfedwn-jax')}"
+
+
+# --------------------------------------------------------------------------- plots
+def _fig1_like(plt, rounds):
+    """Fig. 1's layout (figsize, labels, no tight_layout): the x label used to be cut off."""
+    fig, ax = plt.subplots(figsize=(5, 3.4), dpi=120)
+    x = np.arange(1, rounds + 1)
+    ax.plot(x, 50 + x, label="target client")
+    ax.set(ylabel="test accuracy (%)")
+    return fig, ax
+
+
+@pytest.mark.parametrize("rounds", [1, 2])
+def test_round_axes_have_whole_ticks_and_saved_figures_keep_their_labels(rounds, tmp_path):
+    plt = pytest.importorskip("matplotlib.pyplot")
+    from matplotlib.image import imread
+
+    from pfedwn_jax.plotting import rounds_axis, save_figure
+
+    fig, ax = _fig1_like(plt, rounds)
+    rounds_axis(ax)
+    ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+    assert ticks == list(range(1, rounds + 1)), ticks
+    png = imread(save_figure(fig, tmp_path / "f.png"))
+    assert (png[-3:, :, :3] == 1.0).all()  # a white margin below the x label: nothing cut
+
+
+def test_a_one_round_learning_curve_draws_its_points(monkeypatch, tmp_path):
+    pytest.importorskip("matplotlib")
+    from pfedwn_jax.experiment import report, run
+
+    drawn = {}
+    save = report.save_figure
+    monkeypatch.setattr(report, "save_figure", lambda fig, path: drawn.setdefault("f", fig))
+    result = run(ExperimentConfig(**{**TINY_RUN, "rounds": 1, "algorithms": ("local",)}))
+    report.plot_learning_curves(result, tmp_path / "c.png")
+    (line,) = drawn["f"].axes[0].get_lines()
+    assert len(line.get_xdata()) == 1 and line.get_marker() == "o"
+    save(drawn["f"], tmp_path / "c.png")
