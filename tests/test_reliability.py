@@ -389,3 +389,15 @@ def test_a_one_round_learning_curve_draws_its_points(monkeypatch, tmp_path):
     (line,) = drawn["f"].axes[0].get_lines()
     assert len(line.get_xdata()) == 1 and line.get_marker() == "o"
     save(drawn["f"], tmp_path / "c.png")
+
+
+# --------------------------------------------------------------------------- docs
+def test_the_readmes_exp_toml_is_a_valid_config(tmp_path):
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    (block,) = re.findall(r"```toml\n(.*?)```", readme, flags=re.S)
+    (tmp_path / "exp.toml").write_text(block)
+    config = ExperimentConfig.from_toml(tmp_path / "exp.toml")
+    assert config.hparams == {"pfedwn": {"a": 0.5}} and config.rounds == 50
