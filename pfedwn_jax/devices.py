@@ -130,14 +130,22 @@ def check_device_bytes(
     """
     if need <= _CHECK_FLOOR and budget is None:
         return
+    where = "device" if budget is None else "host"
     budget = available_bytes() if budget is None else int(budget)
     usable = int(fraction * budget)
     if need > usable:
         raise ValueError(
-            f"{what} needs about {_gib(need)} ({need} bytes) of device memory, but "
-            f"{fraction:.0%} of the {_gib(budget)} free on the device is {_gib(usable)}; "
+            f"{what} needs about {_gib(need)} ({need} bytes) of {where} memory, but "
+            f"{fraction:.0%} of the {_gib(budget)} free on the {where} is {_gib(usable)}; "
             f"{change}"
         )
+
+
+def check_host_bytes(need: int, what: str, change: str) -> None:
+    """`check_device_bytes` against the host's available memory: for NumPy work on the host
+    (a `MemoryError` from NumPy would otherwise end it, after a long wait)."""
+    if need > _CHECK_FLOOR:
+        check_device_bytes(need, what, change, budget=_host_available())
 
 
 def _gib(n: int) -> str:

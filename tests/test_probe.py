@@ -181,6 +181,11 @@ API: list[tuple[str, Callable[[Files], Any], str]] = [
         lambda f: _wireless("simulate_links")(0, XY[0], XY[1:], 5.0, 10**9),
         "split the draws",
     ),
+    (
+        "candidate lists of a million nodes",
+        lambda f: _wireless("candidate_neighbors")(np.ones((10**6, 2)), k=10**6 - 1),
+        "of host memory",
+    ),
     ("ceiling moments", lambda f: _wireless("perr_ceiling")(moments="x"), "moments"),
     ("channel subchannels 0", lambda f: _wireless("ChannelParams")(num_subchannels=0), "num_sub"),
     ("sweep seeds text", lambda f: _sweep(seeds="a"), "seeds"),
