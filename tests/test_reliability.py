@@ -32,10 +32,10 @@ def test_fit_batch_size_clamps_to_the_largest_client_with_one_note(caplog):
     assert fit_batch_size(64, [0, 0]) == 64  # no data at all: left to the engine's checks
 
 
-@pytest.mark.parametrize("steps", [None, 2])
+@pytest.mark.parametrize("steps", [None, pytest.param(2, marks=pytest.mark.slow)])
 def test_a_batch_larger_than_every_client_gives_the_numbers_of_the_largest_client(steps):
     """The padded schedule (the engine without the clamp) against the clamped one."""
-    model = get_model("mlp", CLASSES, SHAPE)
+    model = get_model("logreg", CLASSES, SHAPE)
     opt = optax.sgd(0.1)
     data = make_data()  # counts 11, 5, 0, 9, 3; M = 16
     dc = np.array([0, 1, 3, 4])
@@ -101,7 +101,9 @@ def test_every_link_level_call_checks_its_size(small_device):
     assert error_probability(xy[0], xy[1:4], 5.0).shape == (3,)  # a small call still runs
 
 
-@pytest.mark.parametrize(("targets", "n"), [(1, 2000), (200, 300)])
+@pytest.mark.parametrize(
+    ("targets", "n"), [(1, 2000), pytest.param(200, 300, marks=pytest.mark.slow)]
+)
 def test_the_error_probability_estimate_against_xla(targets, n):
     """`perr_bytes` within [1, 2]x of XLA's own temporaries plus arguments."""
     from pfedwn_jax.wireless import ChannelParams
