@@ -4,6 +4,11 @@ XLA:CPU runs a small model's batch-32 step on one core. JAX can present the host
 CPU devices (`jax_num_cpu_devices`); the engine then splits the client slots over them
 (`engine.sharding`) and the cores work at once. The setting must be made before JAX creates its
 backends, i.e. before the first JAX computation of the process.
+
+The free memory of a device (`available_bytes`) and the size guard every allocating entry
+point calls before JAX allocates (`check_device_bytes`) live here too: a call that cannot fit
+fails with a `ValueError` naming its estimate, the budget and what to change, never with
+XLA's `RESOURCE_EXHAUSTED`.
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ from __future__ import annotations
 import os
 import re
 import warnings
+from pathlib import Path
+from typing import Any
 
 import jax
 
@@ -99,3 +106,86 @@ def use_compilation_cache(directory: str | os.PathLike | None = None) -> str:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     return path
+
+
+# --------------------------------------------------------------------------- memory
+#: Share of a device's free memory a single call may plan to use (room for fragmentation
+#: and the estimates' error).
+MEMORY_FRACTION = 0.8
+# estimates below this are never checked (no device query on the common, small calls)
+_CHECK_FLOOR = 64 << 20
+
+
+def _host_available() -> int:
+    """Host memory available to new allocations (psutil, else /proc/meminfo MemAvailable)."""
+    try:
+        import psutil
+    except ImportError:
+        psutil = None
+    if psutil is not None:
+        return int(psutil.virtual_memory().available)
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024  # in kB
+    raise ValueError("cannot tell the free host memory (no psutil, no /proc/meminfo); pass budget")
+
+
+def available_bytes(device: Any = None) -> int:
+    """Free bytes of one device (default: this process's first device of the default backend).
+
+    An accelerator reports its own: `memory_stats()["bytes_limit"] - ["bytes_in_use"]`. CPU
+    devices share the host's memory: the host's available memory split evenly over this
+    process's CPU devices (several after `use_cpu_devices`).
+    """
+    device = jax.local_devices()[0] if device is None else device
+    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
+    if stats and "bytes_limit" in stats:
+        return max(0, int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)))
+    sharing = len(jax.local_devices(backend="cpu")) if device.platform == "cpu" else 1
+    return _host_available() // sharing
+
+
+def check_device_bytes(
+    need: int,
+    what: str,
+    change: str,
+    *,
+    budget: int | None = None,
+    fraction: float = MEMORY_FRACTION,
+) -> None:
+    """Raise `ValueError` when `need` bytes exceed `fraction` of `budget` (None: the free
+    memory of the default device, `available_bytes`).
+
+    Called on the host with an estimate from the input shapes, before anything is traced or
+    allocated. The message names `what` needs the memory, the estimate, the budget and
+    `change` (what to do instead, e.g. "fewer links per call"). Estimates under 64 MiB pass
+    without a device query.
+    """
+    if need <= _CHECK_FLOOR and budget is None:
+        return
+    where = "device" if budget is None else "host"
+    budget = available_bytes() if budget is None else int(budget)
+    usable = int(fraction * budget)
+    if need > usable:
+        raise ValueError(
+            f"{what} needs about {_gib(need)} ({need} bytes) of {where} memory, but "
+            f"{fraction:.0%} of the {_gib(budget)} free on the {where} is {_gib(usable)}; "
+            f"{change}"
+        )
+
+
+def check_host_bytes(need: int, what: str, change: str) -> None:
+    """`check_device_bytes` against the host's available memory: for NumPy work on the host
+    (a `MemoryError` from NumPy would otherwise end it, after a long wait)."""
+    if need > _CHECK_FLOOR:
+        check_device_bytes(need, what, change, budget=_host_available())
+
+
+def _gib(n: int) -> str:
+    """`n` bytes in binary units, 3 significant digits: `512 B`, `1.5 MiB`, `14.6 TiB`."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1000:
+            return f"{value:.3g} {unit}"
+        value /= 1024
+    return f"{value:.3g} TiB"

@@ -9,7 +9,8 @@ removes such leftovers (`remove_stale_temps`). While a write is in progress its 
 locked (`flock`), so a leftover is told apart from a write that is still running.
 
 `check_writable_dir` / `check_writable_file` check an output path before any work, so a bad
-path fails at once with a `ValueError` naming it instead of after a long computation.
+path fails at once with a `ValueError` naming it instead of after a long computation;
+`read_json` reads a file back, a damaged one failing with a `ValueError` naming it.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ __all__ = [
     "atomic_write_with",
     "check_writable_dir",
     "check_writable_file",
+    "read_json",
     "remove_stale_temps",
 ]
 
@@ -88,6 +90,22 @@ def _check_dir(directory: Path, shown: Path, what: str) -> None:
         ) from None
     os.close(fd)
     os.unlink(probe)
+
+
+def read_json(path: str | Path, what: str = "JSON file") -> Any:
+    """The JSON document in `path`; a `ValueError` naming `what` and `path` when it is not
+    valid JSON (truncated, damaged, binary) or is a directory. A missing or unreadable file
+    stays an `OSError` (which names the path)."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{what} {str(path)!r} is a directory, not a file")
+    try:
+        with path.open(encoding="utf-8") as f:
+            return json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(
+            f"{what} {str(path)!r} is not valid JSON (truncated or damaged?): {e}"
+        ) from None
 
 
 # --------------------------------------------------------------------------- leftovers

@@ -3,6 +3,11 @@
 matplotlib is an optional, heavy dependency (the `plot` extra), so it is imported only when a
 plot is drawn. Behaviour without it, everywhere: `pyplot()` returns None, the plotting function
 returns None without writing anything, and a command-line caller prints `MISSING` once.
+
+Shared conventions: `save_figure` crops to the drawn content (no label is cut off at the
+figure's edge); an axis of communication rounds goes through `rounds_axis` (whole-number
+ticks, however few rounds); a curve of few points gets markers (`curve_style`), so a run of
+one round still draws its point.
 """
 
 from __future__ import annotations
@@ -15,6 +20,9 @@ from typing import Any
 from pfedwn_jax.io import atomic_savefig
 
 MISSING = "matplotlib is not installed (pip install 'pfedwn-jax[plot]'): no plot written"
+ROUNDS_LABEL = "communication round"
+#: Curves of at most this many points are drawn with markers.
+MARKER_POINTS = 30
 
 
 def pyplot() -> ModuleType | None:
@@ -35,10 +43,35 @@ def pyplot() -> ModuleType | None:
 
 
 def save_figure(fig: Any, path: str | Path, **savefig_kwargs: Any) -> Path:
-    """Write `fig` atomically (format from the suffix) and close it; returns the path."""
+    """Write `fig` atomically (format from the suffix) and close it; returns the path.
+
+    Cropped to what is drawn (`bbox_inches="tight"` unless given), so an axis label or a
+    legend outside the axes is never cut off.
+    """
     plt = pyplot()
+    savefig_kwargs.setdefault("bbox_inches", "tight")
     try:
         return atomic_savefig(fig, path, **savefig_kwargs)
     finally:
         if plt is not None:
             plt.close(fig)
+
+
+def rounds_axis(ax: Any, label: str = ROUNDS_LABEL) -> None:
+    """Make the x axis of `ax` (call it after plotting) an axis of communication rounds: its
+    label and whole-number ticks (two rounds would otherwise be ticked 1.0, 1.2, ..., 2.0;
+    a single round gets the limits round +- 0.5, so its one tick is the round)."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.set_xlabel(label)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+    low, high = ax.get_xlim()
+    if high - low < 1:
+        centre = round((low + high) / 2)
+        ax.set_xlim(centre - 0.5, centre + 0.5)
+
+
+def curve_style(num_points: int) -> dict[str, Any]:
+    """Line keywords for a curve of `num_points`: markers when there are few, so one point
+    (a one-round run, a method stopped at round 1) is still drawn."""
+    return {"marker": "o", "ms": 4} if num_points <= MARKER_POINTS else {}

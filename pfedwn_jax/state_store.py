@@ -15,11 +15,17 @@ arrays are copied to the host and writes them in the background (the next save, 
 another. Shapes, dtypes and structure are checked against the template first (orbax itself
 would silently return the saved shape). Every process must call `save` and `restore` (they
 are collectives); `latest` only reads the directory.
+
+Orbax logs through absl; the lines that report normal operation as warnings or errors (a
+killed save's temporary directory being cleaned up on the next save, a wait interrupted by
+Ctrl-C) are dropped (`BenignOrbaxLines`), every other line shows.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +38,43 @@ from pfedwn_jax._checks import check_int
 KEEP = 2
 STATE = "state"
 META = "meta"
+
+
+class BenignOrbaxLines(logging.Filter):
+    """Drops orbax's log records that describe normal operation, keeps the rest.
+
+    Dropped: warnings matching `BENIGN` (a killed save's unfinished temporary directory,
+    removed by the next save of that step: the crash-safety design at work) and records
+    whose exception is a `KeyboardInterrupt` (orbax logs a Ctrl-C during a wait as a failed
+    save; the interrupt itself is reported by the caller). Errors with any other cause and
+    every other warning pass.
+    """
+
+    BENIGN = (
+        re.compile(
+            r"^Attempted to create temporary directory .* which already exists\. "
+            r"Removing existing directory since it is not finalized\."
+        ),
+    )
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, KeyboardInterrupt):
+            return False
+        if record.levelno != logging.WARNING:
+            return True
+        message = record.getMessage()
+        return not any(p.search(message) for p in self.BENIGN)
+
+
+def _quiet_orbax() -> None:
+    """Install `BenignOrbaxLines` on absl's logger (once)."""
+    logger = logging.getLogger("absl")
+    if not any(isinstance(f, BenignOrbaxLines) for f in logger.filters):
+        logger.addFilter(BenignOrbaxLines())
+
+
+_quiet_orbax()
 
 
 def _manager(

@@ -5,6 +5,8 @@
 Presets: `tiny` (seconds, a test), `quick` (2 CPU cores, under 20 minutes, the shared real
 data, MLPs) and `paper` (TFDS full datasets, CNN/ResNet18, 100 rounds: a GPU). Writes PNG
 figures, CSV/JSON tables with the config and seed of every number, and `OUT/REPORT.md`.
+Every argument, --out included, is checked before any work: a bad one ends the script with
+one line and exit status 2 (as the `pfedwn` CLI).
 """
 
 from __future__ import annotations
@@ -12,31 +14,42 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
+
+from pfedwn_jax.cli.common import OneLineParser, as_flag, check_out_dir, out_path, run_command
+
+PROG = Path(__file__).name
 
 
 def main(argv: list[str] | None = None) -> int:
     from pfedwn_jax.reproduce.learning import ALL_ITEMS, PRESETS
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="all", help=f"comma-separated items of {list(ALL_ITEMS)}")
     ap.add_argument("--preset", default="quick", choices=sorted(PRESETS))
-    ap.add_argument("--out", required=True, help="output directory")
+    ap.add_argument("--out", required=True, type=out_path, help="output directory")
     ap.add_argument(
         "--cpu-devices", type=int, default=None, help="JAX CPU devices (default: cores)"
     )
     args = ap.parse_args(argv)
+    return run_command(PROG, lambda: run(args))
 
+
+def run(args: argparse.Namespace) -> int:
+    """Check every argument, then reproduce the items into --out."""
+    from pfedwn_jax.reproduce.learning import parse_items
+
+    out = check_out_dir(args.out)
+    as_flag("--only", "only", parse_items, args.only)
+    if args.cpu_devices is not None and args.cpu_devices < 1:
+        raise ValueError(f"--cpu-devices must be >= 1; got {args.cpu_devices}")
     import pfedwn_jax
 
     pfedwn_jax.use_cpu_devices(args.cpu_devices)
     from pfedwn_jax.reproduce.learning import reproduce
 
     t0 = time.perf_counter()
-    try:
-        result = reproduce(args.only, args.preset, args.out)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    result = reproduce(args.only, args.preset, out)
     print(f"wrote {result['report']} in {time.perf_counter() - t0:.0f} s")
     return 0
 

@@ -7,7 +7,8 @@ For pFedWN and every baseline, with and without channel-aware selection, several
     python scripts/robustness.py --preset gpu --out runs/robustness --only gamma,speed
 
 Writes runs.csv (every number with its seed and config), summary.csv, robustness.json and
-robustness.png into --out.
+robustness.png into --out. Every argument, --out included, is checked before any work: a
+bad one ends the script with one line and exit status 2 (as the `pfedwn` CLI).
 """
 
 from __future__ import annotations
@@ -15,19 +16,31 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
+from pfedwn_jax.cli.common import (
+    OneLineParser,
+    as_flag,
+    check_out_dir,
+    out_path,
+    parse_methods,
+    parse_seed_list,
+    run_command,
+)
 from pfedwn_jax.experiment.robustness import AXES, PRESETS, parse_axes, run_robustness
+
+PROG = Path(__file__).name
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     p.add_argument(
         "--preset",
         choices=list(PRESETS),
         default="small",
         help="small: 2-core CPU, < 15 min; gpu: larger; tiny: smoke test",
     )
-    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--out", required=True, type=out_path, help="output directory")
     p.add_argument("--only", default=",".join(AXES), help="axes, e.g. gamma,eps,loss,speed")
     p.add_argument("--seeds", default=None, help="replace the preset's seeds, e.g. 0,1,2")
     p.add_argument("--methods", default=None, help="replace the methods, e.g. local,pfedwn")
@@ -43,17 +56,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    return run_command(PROG, lambda: run(args))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check every argument, then run the experiment and write its files."""
+    out = check_out_dir(args.out)
+    axes = as_flag("--only", "only", parse_axes, args.only)
+    seeds = None if args.seeds is None else parse_seed_list(args.seeds)
+    methods = None if args.methods is None else parse_methods(args.methods)
+    if args.cpu_devices is not None and args.cpu_devices < 1:
+        raise ValueError(f"--cpu-devices must be >= 1; got {args.cpu_devices}")
     import pfedwn_jax
 
     pfedwn_jax.use_cpu_devices(args.cpu_devices)
-    res = run_robustness(
-        args.preset,
-        parse_axes(args.only),
-        seeds=None if args.seeds is None else [int(s) for s in args.seeds.split(",")],
-        methods=None if args.methods is None else args.methods.split(","),
-        progress=args.progress,
-    )
-    for name, path in res.save(args.out).items():
+    res = run_robustness(args.preset, axes, seeds=seeds, methods=methods, progress=args.progress)
+    for name, path in res.save(out).items():
         print(f"wrote {name}: {path}")
     print(
         f"{res.meta['distinct_runs']} distinct runs in {res.meta['wall_s']:.0f} s "

@@ -20,7 +20,7 @@ rounds = 2
 lr = 0.1
 algorithms = ["local", "fedavg"]
 gamma_th = 1.0
-eps = 0.5
+eps = 0.12
 
 [hparams.fedprox]
 mu = 0.1

@@ -22,7 +22,7 @@ from pfedwn_jax.runner import api as runner_api
 from pfedwn_jax.runner import progress as progress_mod
 
 TINY = {**TINY_RUN, "algorithms": ("local", "fedavg")}
-TINY_FLAGS = ["--model", "logreg", "--num-neighbors", "3", "--gamma-th", "1", "--eps", "0.5"]
+TINY_FLAGS = ["--model", "logreg", "--num-neighbors", "3", "--gamma-th", "1", "--eps", "0.12"]
 IS_ROOT = os.geteuid() == 0
 
 

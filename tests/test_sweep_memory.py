@@ -27,6 +27,7 @@ from pfedwn_jax.runner import memory
 from pfedwn_jax.runner.memory import (
     MemoryEstimate,
     available_bytes,
+    check_fits,
     estimate,
     format_bytes,
     plan,
@@ -272,6 +273,22 @@ def test_estimate_rejects_bad_input(exp):
         estimate(exp.ctx, exp.test, "fedavg", chunk=0)
     with pytest.raises(ValueError, match="algorithm must be one of"):
         estimate(exp.ctx, exp.test, "nope")
+
+
+def test_check_fits_names_the_plan_the_budget_and_what_to_change():
+    """budget 1000, fraction 0.8: 800 usable; 50 shared + 100 per run: 7 runs fit."""
+    check_fits(_est(), 1000, runs=7)  # 750 bytes: fits, returns None
+    with pytest.raises(ValueError) as err:
+        check_fits(_est(), 1000, runs=8)  # 850 bytes
+    text = str(err.value)
+    for part in ("850 bytes", "800 bytes", "8 runs", "at most 7 runs", "chunks", "fedavg"):
+        assert part in text, (part, text)
+    with pytest.raises(ValueError, match="fewer clients/nodes or a smaller model"):
+        check_fits(_est((900, 0, 0, 0, 0), shared=0), 1000)  # not even one run
+    with pytest.raises(ValueError, match=r"runs must be in \[1, inf\); got 0"):
+        check_fits(_est(), 1000, runs=0)
+    with pytest.raises(ValueError, match="est must be a MemoryEstimate"):
+        check_fits(850, 1000)
 
 
 # --------------------------------------------------------------------------- free memory

@@ -11,28 +11,33 @@ Each subcommand lives in its own module exposing `add_parser(subparsers)`; the p
   failed, so the status differs from a usage error;
 - exit status 3 (`pfedwn run`): finished and wrote its results, but a method diverged;
 - exit status 130: interrupted (Ctrl-C).
+
+The scripts (`scripts/reproduce.py`, `scripts/robustness.py`) share the parser, the error
+handling and the argument checks (`cli.common`).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from importlib.metadata import PackageNotFoundError, version
 
 from pfedwn_jax.cli import data, neighbors, run, sweep
+from pfedwn_jax.cli.common import OneLineParser, describe_os_error, run_command
 from pfedwn_jax.devices import use_cpu_devices
+
+__all__ = ["OneLineParser", "build_parser", "describe_os_error", "main"]
 
 # the subcommand modules, in the order `pfedwn --help` lists them
 SUBCOMMANDS = (neighbors, data, run, sweep)
 
 
-class OneLineParser(argparse.ArgumentParser):
-    """An argparse parser whose usage errors are one line on stderr and exit status 2.
-
-    Subparsers inherit the class, so a bad flag of any subcommand reads the same way.
-    """
-
-    def error(self, message: str):  # argparse's hook for usage errors
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+def package_version() -> str:
+    """The installed version of the package (`pfedwn --version`)."""
+    try:
+        return version("pfedwn-jax")
+    except PackageNotFoundError:  # run from a source tree without an install
+        return "unknown (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="pfedwn",
         description="Personalized federated learning over D2D wireless networks (JAX).",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     parser.add_argument(
         "--cpu-devices",
         type=int,
@@ -63,24 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cpu_devices is not None and args.cpu_devices < 1:
         parser.error(f"--cpu-devices must be >= 1; got {args.cpu_devices}")
     use_cpu_devices(args.cpu_devices)  # before this process's first JAX computation
-    try:
-        return int(args.func(args) or 0)
-    except ValueError as e:
-        print(f"pfedwn {args.command}: error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"pfedwn {args.command}: error: {describe_os_error(e)}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(f"pfedwn {args.command}: interrupted", file=sys.stderr)
-        return 130
-
-
-def describe_os_error(e: OSError) -> str:
-    """One line: what failed and the path(s) it concerns (`[Errno 28] ...` without the code)."""
-    what = " ".join((e.strerror or str(e) or type(e).__name__).split())
-    paths = [str(p) for p in (e.filename, e.filename2) if p is not None]
-    return f"{what}: {' -> '.join(paths)}" if paths else what
+    return run_command(f"pfedwn {args.command}", lambda: args.func(args))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pfedwn_jax._checks import check_int
+from pfedwn_jax.cli.common import check_eps_flag
 from pfedwn_jax.io import atomic_write_json, check_writable_file
 from pfedwn_jax.plotting import MISSING, pyplot, save_figure
 from pfedwn_jax.wireless import (
@@ -196,6 +197,7 @@ def run(args: argparse.Namespace) -> int:
         if path is not None:
             check_writable_file(path, flag)
     params = ChannelParams(num_subchannels=args.num_subchannels)
+    check_eps_flag(args.eps, params, args.moments)
     target, neighbors = place_network(args.seed, n, params)
     perr = error_probability(target, neighbors, args.gamma_th, params, args.moments)
     chosen = select_neighbors(perr, args.eps)

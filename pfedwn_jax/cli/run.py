@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from pfedwn_jax.cli.common import out_path, refuse_eps_flag
 from pfedwn_jax.distributed import is_writer
 from pfedwn_jax.experiment import (
     ExperimentConfig,
@@ -84,7 +85,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_config_flags(p)
     p.add_argument(
         "--out",
-        type=Path,
+        type=out_path,
         default=Path("runs/latest"),
         help="output directory (default: runs/latest)",
     )
@@ -401,7 +402,7 @@ def _join() -> None:
 def main(args: argparse.Namespace) -> int:
     _join()
     out: Path = check_writable_dir(args.out, "--out")
-    configs = configs_from_args(args)
+    configs = refuse_eps_flag(args.eps, lambda: configs_from_args(args))
     results, checkpoint = _run_all(configs, out, args)
     if not is_writer():  # every process ran the same job; process 0 writes it
         return 0

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from pfedwn_jax._checks import check_bool, check_int
+from pfedwn_jax.cli.common import out_path, refuse_eps_flag
 from pfedwn_jax.cli.run import (
     CASE_FIELDS,
     add_checkpoint_flags,
@@ -89,7 +90,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--out",
-        type=Path,
+        type=out_path,
         default=Path("runs/sweep"),
         help="output directory (default: runs/sweep)",
     )
@@ -183,7 +184,7 @@ def sweep_options(args: argparse.Namespace) -> SweepOptions:
     """The base config and the sweep options of `args`: defaults < `--config` < flags."""
     _check_single_values(args)
     fields, table = read_config_file(args.config)
-    config = config_from_args(args, fields)
+    config = refuse_eps_flag(getattr(args, "eps", None), lambda: config_from_args(args, fields))
     seeds = parse_seeds(args.seeds if args.seeds is not None else table.get("seeds", DEFAULT_SEEDS))
     grid = grid_from_args(args.grid, flatten_grid(table.get("grid", {})))
     zip_ = args.zip or check_bool("[sweep] zip", table.get("zip", False))

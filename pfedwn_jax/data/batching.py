@@ -9,15 +9,41 @@ dropping a partial batch would discard a large share of their data.
 
 from __future__ import annotations
 
+import logging
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+log = logging.getLogger("pfedwn_jax")
 
 
 def steps_per_epoch(max_count: int, batch_size: int) -> int:
     """Static number of steps that covers the largest client once: ceil(max_count / batch)."""
     return max(1, math.ceil(int(max_count) / int(batch_size)))
+
+
+def fit_batch_size(batch_size: int, counts: Any) -> int:
+    """`batch_size`, or the largest of `counts` (samples per client) where it exceeds that.
+
+    A batch larger than every client only adds masked slots: one step already sees all of a
+    client's samples, so the clamped batch gives the same numbers while the padded one costs
+    memory and time in proportion to `batch_size` (a typo such as 1,000,000 can exhaust the
+    machine). A clamp is noted as one warning line on the "pfedwn_jax" logger.
+    """
+    largest = int(np.max(np.asarray(counts), initial=0))
+    if largest < 1 or batch_size <= largest:
+        return int(batch_size)
+    log.warning(
+        "batch_size=%d is larger than every client (largest: %d samples); using %d "
+        "(the same numbers, without the padding)",
+        batch_size,
+        largest,
+        largest,
+    )
+    return largest
 
 
 def client_permutation(key: jax.Array, count: jax.Array, max_samples: int) -> jax.Array:

@@ -10,6 +10,7 @@ such as FEMNIST, by writer) and the TFDS names in `TFDS_NAMES` (read through
 
 from __future__ import annotations
 
+import logging
 import os
 import zipfile
 from pathlib import Path
@@ -20,6 +21,8 @@ import numpy as np
 from pfedwn_jax.data.arrays import Dataset, as_images, as_labels, as_writers
 from pfedwn_jax.data.leaf import LEAF_PREFIX, load_leaf
 from pfedwn_jax.data.tfds_source import TFDS_NAMES, DatasetUnavailableError, load_tfds
+
+log = logging.getLogger("pfedwn_jax")
 
 DEFAULT_DATASET = "mnist_embedded"
 EMBEDDED_DIR = Path(__file__).resolve().parent / "embedded"
@@ -52,19 +55,36 @@ def _read_archive(path: Path, name: str) -> dict[str, np.ndarray]:
     """Every array of an `.npz` (no pickles); `ValueError` naming the file otherwise."""
     if not path.is_file():
         raise ValueError(f"dataset {name!r}: file {str(path)!r} not found")
+    unreadable = (OSError, ValueError, zipfile.BadZipFile, EOFError)
     try:
-        with np.load(path, allow_pickle=False) as f:
-            return {key: f[key] for key in f.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
+        loaded = np.load(path, allow_pickle=False)
+    except unreadable as e:
+        raise _unreadable(name, path, e) from e
+    if not hasattr(loaded, "files"):  # a single array: a .npy file
         raise ValueError(
-            f"dataset {name!r}: cannot read {str(path)!r} as an .npz archive of plain arrays "
-            f"({type(e).__name__}: {e})"
-        ) from e
+            f"dataset {name!r}: {str(path)!r} holds one array ({loaded.dtype} "
+            f"{list(loaded.shape)}), not an .npz archive; save the splits with "
+            "np.savez(path, x_train=..., y_train=..., x_test=..., y_test=...)"
+        )
+    try:
+        with loaded as f:
+            return {key: f[key] for key in f.files}
+    except unreadable as e:
+        raise _unreadable(name, path, e) from e
+
+
+def _unreadable(name: str, path: Path, e: Exception) -> ValueError:
+    return ValueError(
+        f"dataset {name!r}: cannot read {str(path)!r} as an .npz archive of plain arrays "
+        f"({type(e).__name__}: {e})"
+    )
 
 
 def _num_classes(name: str, raw: dict[str, np.ndarray], y_train, y_test) -> int:
     if "num_classes" not in raw:
-        return max(int(y_train.max(initial=-1)), int(y_test.max(initial=-1))) + 1
+        num_classes = max(int(y_train.max(initial=-1)), int(y_test.max(initial=-1))) + 1
+        _note_unused_classes(name, num_classes, np.concatenate([y_train, y_test]))
+        return num_classes
     num_classes = raw["num_classes"]
     if num_classes.shape != () or num_classes.dtype.kind not in "iu":
         raise ValueError(
@@ -72,6 +92,25 @@ def _num_classes(name: str, raw: dict[str, np.ndarray], y_train, y_test) -> int:
             f"got {num_classes.dtype} {num_classes.shape}"
         )
     return int(num_classes)
+
+
+def _note_unused_classes(name: str, num_classes: int, labels: np.ndarray) -> None:
+    """Warn when the class count read off the largest label leaves classes without a sample
+    (one stray label 1000 among 0..9 makes a 1001-class model)."""
+    present = np.unique(labels).size
+    if present >= num_classes:
+        return
+    log.warning(
+        "dataset %r: the largest label is %d, so the model gets %d classes, but only %d "
+        "distinct labels occur (%d classes have no sample); relabel to 0..%d or store "
+        "num_classes in the .npz",
+        name,
+        num_classes - 1,
+        num_classes,
+        present,
+        num_classes - present,
+        present - 1,
+    )
 
 
 def load_npz(path: str | Path, name: str | None = None) -> Dataset:

@@ -9,6 +9,8 @@ run in `run()` right after loading the data, still before compilation.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import logging
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,7 +29,9 @@ from pfedwn_jax.algorithms import available_algorithms, get_algorithm, make_hpar
 from pfedwn_jax.data.federate import POOLS
 from pfedwn_jax.data.partition import ALL_SCHEMES
 from pfedwn_jax.models import available_models
-from pfedwn_jax.wireless import LINK_MODELS, MOMENT_MODES, ChannelParams
+from pfedwn_jax.wireless import LINK_MODELS, MOMENT_MODES, ChannelParams, eps_ceiling_message
+
+log = logging.getLogger("pfedwn_jax")
 
 MODES = ("single", "network")
 # the cap of `pfedwn neighbors`: a network-wide run holds [S, S] matrices of S = n + 1 clients
@@ -195,6 +199,7 @@ class ExperimentConfig:
         out.update(_check_training(self))
         out.update(_check_network(self))
         out.update(_check_records(self))
+        _note_eps_ceiling(out["eps"], out["moments"], out["channel"], out["selection"])
         return out
 
     @staticmethod
@@ -325,7 +330,7 @@ def _check_records(cfg: ExperimentConfig) -> dict[str, Any]:
     }
 
 
-def _check_algorithms(algorithms: Any) -> tuple[str, ...]:
+def check_algorithms(algorithms: Any) -> tuple[str, ...]:
     """Registered, distinct names; a string is split at commas and must name one at least."""
     registered = list(available_algorithms())
     if isinstance(algorithms, str):
@@ -365,7 +370,7 @@ def _check_methods(model: Any, algorithms: Any, hparams: Any) -> dict[str, Any]:
         checked[alg] = {k: getattr(hp, k) for k in overrides}
     return {
         "model": check_choice("model", model, available_models()),
-        "algorithms": _check_algorithms(algorithms),
+        "algorithms": check_algorithms(algorithms),
         "hparams": checked,
     }
 
@@ -408,6 +413,22 @@ def _check_network(cfg: ExperimentConfig) -> dict[str, Any]:
         **_check_large(cfg, n),
         **_check_links(cfg),
     }
+
+
+def _note_eps_ceiling(
+    eps: float, moments: str, channel: Mapping[str, Any], selection: bool
+) -> None:
+    """Warn (once per setting) when selection is on and `eps` is above the largest P_err of
+    the formula: it then selects every neighbor, which is no selection. A warning, not an
+    error: a sweep over `eps` may cross the ceiling on purpose."""
+    if selection:
+        _warn_once(eps_ceiling_message(eps, ChannelParams(**channel), moments))
+
+
+@functools.lru_cache(maxsize=64)
+def _warn_once(message: str | None) -> None:
+    if message is not None:
+        log.warning("%s (or selection=False)", message)
 
 
 def _check_large(cfg: ExperimentConfig, n: int) -> dict[str, Any]:

@@ -19,6 +19,7 @@ placement's centre node) is data client `c`.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
 import jax
@@ -35,6 +36,8 @@ from pfedwn_jax.wireless import (
     sparse_error_probability,
     topology_keys,
 )
+
+log = logging.getLogger("pfedwn_jax")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -289,9 +292,41 @@ def _lists_from_selection(
 
 
 def build_federation(config: ExperimentConfig) -> Federation:
-    """The federation for `config.mode` (network mode with `candidates`: candidate lists)."""
+    """The federation for `config.mode` (network mode with `candidates`: candidate lists).
+
+    A federation in which no client receives any model is built, with a warning: every
+    method then trains each client alone, so the methods compare identical local training.
+    """
     if config.mode == "network" and config.candidates is not None:
-        return sparse_network_federation(config)
-    if config.mode == "network":
-        return network_federation(config)
-    return single_target_federation(config)
+        fed = sparse_network_federation(config)
+    elif config.mode == "network":
+        fed = network_federation(config)
+    else:
+        fed = single_target_federation(config)
+    if selected_links(fed) == 0:
+        log.warning(
+            "no neighbor is selected (P_err < eps=%g; the smallest P_err is %.4g): every "
+            "method trains each client alone, as Local; raise eps, lower gamma_th or place "
+            "the nodes closer%s",
+            config.eps,
+            _smallest_perr(fed),
+            "" if config.mobility == "none" else " (re-selection may add neighbors later)",
+        )
+    return fed
+
+
+def selected_links(fed: Federation) -> int:
+    """The links along which some client receives a model (self links not counted)."""
+    if fed.mode == "single":
+        return int(np.sum(fed.selected))
+    if fed.neighbor_mask is not None:
+        return int(np.sum(fed.neighbor_mask[:, 1:]))
+    return int(np.sum(fed.adjacency) - np.trace(fed.adjacency))
+
+
+def _smallest_perr(fed: Federation) -> float:
+    """The smallest P_err of a real (non-self) link."""
+    perr = np.asarray(fed.perr, np.float64)
+    if fed.mode == "network" and fed.neighbor_lists is None:
+        perr = perr[~np.eye(perr.shape[0], dtype=bool)]
+    return float(perr.min(initial=1.0))

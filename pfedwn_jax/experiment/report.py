@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from pfedwn_jax.experiment.results import Result
-from pfedwn_jax.plotting import pyplot, save_figure
+from pfedwn_jax.plotting import curve_style, pyplot, rounds_axis, save_figure
 
 RESUMED_NOTE = "* resumed: time includes the interrupted run's rounds and compilation"
 
@@ -75,9 +75,9 @@ def plot_learning_curves(result: Result, path: str | Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
     for name in result.methods:
         acc = result.target_accuracy(name)
-        ax.plot(np.arange(1, len(acc) + 1), 100 * acc, label=name, lw=1.6)
-    ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.set_xlabel("communication round")
+        x = np.arange(1, len(acc) + 1)
+        ax.plot(x, 100 * acc, label=name, lw=1.6, **curve_style(len(acc)))
+    rounds_axis(ax)
     ax.set_ylabel("target test accuracy (%)")
     ax.set_title(describe_network(result).split(";")[0], fontsize=8)
     ax.grid(alpha=0.3)
@@ -196,9 +196,8 @@ def plot_pi_history(
         ticks[0], ticks[-1] = "prior", "final"
         row[0].set_xticks(steps, ticks, fontsize=7)
         row[0].set_xlabel(f"EM step (estimate of round {rounds[first]})")
-        row[1].set_xlabel("communication round")
+        rounds_axis(row[1])
         row[1].set_xlim(0.5, rounds[-1] + 0.5)
-        row[1].xaxis.set_major_locator(plt.MaxNLocator(integer=True))
         for ax in row:
             ax.set_ylabel(f"pi (target {clients[i]})")
             ax.set_ylim(-0.02, 1.02)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
-import json
 import math
 import warnings
 from pathlib import Path
@@ -31,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from pfedwn_jax.experiment.config import ExperimentConfig
-from pfedwn_jax.io import atomic_write_json, atomic_write_with
+from pfedwn_jax.io import atomic_write_json, atomic_write_with, read_json
 
 SCHEMA = "pfedwn-results/1"  # every array inline
 COMPACT_SCHEMA = "pfedwn-results/2"  # summaries inline, per-slot arrays in the .npz
@@ -222,7 +221,10 @@ class Result:
                 _put(doc, key.split(SEP), value)
             for entry in doc["methods"].values():
                 entry["recorded_rounds"] = entry.pop("rounds")
-        return cls.from_dict(doc)
+        try:
+            return cls.from_dict(doc)
+        except KeyError as e:  # a JSON object, but not a results file
+            raise ValueError(f"results file {str(path)!r} has no {e} entry") from None
 
 
 def arrays_path(path: str | Path) -> Path:
@@ -275,10 +277,14 @@ def accuracy_stats(acc: np.ndarray) -> dict[str, list[float]]:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    with path.open() as f:
-        doc = json.load(f)
+    doc = read_json(path, "results file")
     if not isinstance(doc, dict):
         raise ValueError(f"{str(path)!r} is not a results JSON (top level {type(doc).__name__})")
+    if doc.get("schema") not in SCHEMAS:
+        raise ValueError(
+            f"{str(path)!r} is not a results JSON: results schema must be one of "
+            f"{list(SCHEMAS)}; got {doc.get('schema')!r}"
+        )
     return doc
 
 

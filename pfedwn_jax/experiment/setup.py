@@ -25,6 +25,7 @@ import numpy as np
 
 from pfedwn_jax.algorithms import RoundContext, neighbor_lists
 from pfedwn_jax.data import DEFAULT_DATASET, ClientData, FederatedData, load_dataset, make_federated
+from pfedwn_jax.data.batching import fit_batch_size
 from pfedwn_jax.data.federate import class_options
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.experiment.federation import Federation, build_federation
@@ -146,7 +147,7 @@ def build_context(
         neighbor_mask=np.asarray(neighbor_mask, bool),
         is_target=np.asarray(fed.is_target, bool),
         num_samples=np.asarray(np.asarray(data.train.count)[data_client], np.float32),
-        batch_size=config.batch_size,
+        batch_size=fit_batch_size(config.batch_size, np.asarray(data.train.count)[data_client]),
         local_epochs=config.local_epochs,
         num_steps=config.local_steps,
         lr=np.float32(config.lr),

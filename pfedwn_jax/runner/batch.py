@@ -47,7 +47,7 @@ def program_key(exp: Experiment) -> tuple:
         int(exp.data.num_classes),
         tuple(int(s) for s in exp.data.train.x.shape[2:]),
         exp.data.val is None,
-        c.batch_size,
+        exp.ctx.batch_size,  # the config's, clamped to the run's largest client
         c.local_epochs,
         c.local_steps,
         c.rounds,

@@ -85,17 +85,19 @@ def plan_programs(
     per_device = mesh.shape[RUNS]
     programs = []
     for ids in by_key.values():
-        if max_runs is None:
-            size = runs_that_fit([exps[i] for i in ids], per_device)
+        worst, budget = _plan_inputs([exps[i] for i in ids])
+        if max_runs is None:  # as many as fit; a ValueError when not one does
+            size = memory.plan(len(ids), worst, devices=per_device, budget=budget)
         else:
             size = per_device * max(1, math.ceil(max_runs / per_device))
+            memory.check_fits(worst, budget, runs=math.ceil(min(size, len(ids)) / per_device))
         programs += [ids[lo : lo + size] for lo in range(0, len(ids), size)]
     return programs
 
 
-def runs_that_fit(members: Sequence[Experiment], devices: int) -> int:
-    """Runs per program the memory plan allows (`memory.plan`, the most demanding method);
-    a `ValueError` naming the plan, the memory and what to reduce when not one run fits."""
+def _plan_inputs(members: Sequence[Experiment]) -> tuple[memory.MemoryEstimate, int]:
+    """`(estimate, budget)`: one run's memory plan of the most demanding method, and the free
+    bytes of a device (over several processes the tightest: all must plan alike)."""
     e = members[0]
     shared = len({id(m.data) for m in members}) == 1
     ests = [
@@ -104,9 +106,9 @@ def runs_that_fit(members: Sequence[Experiment], devices: int) -> int:
     ]
     worst = max(ests, key=lambda est: est.total(len(members)))
     budget = memory.available_bytes()
-    if jax.process_count() > 1:  # every process must plan the same programs: the tightest
+    if jax.process_count() > 1:
         budget = int(np.min(multihost_utils.process_allgather(np.float32(budget))))  # x64 off
-    return memory.plan(len(members), worst, devices=devices, budget=budget)
+    return worst, budget
 
 
 def make_group(ids: Sequence[int], exps: Sequence[Experiment], mesh: Mesh) -> Group:

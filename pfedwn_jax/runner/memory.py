@@ -32,7 +32,6 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import jax
@@ -45,6 +44,7 @@ from pfedwn_jax.algorithms import Algorithm, RoundContext, get_algorithm, make_h
 from pfedwn_jax.algorithms.perfedavg import EVAL_CHUNK as PERFEDAVG_EVAL_CHUNK
 from pfedwn_jax.data import ClientData
 from pfedwn_jax.data.batching import steps_per_epoch
+from pfedwn_jax.devices import available_bytes  # the free memory of a device (re-exported)
 from pfedwn_jax.engine import ClientState, per_sample_ce, resolve_strategy, weighted_ce
 from pfedwn_jax.engine.evaluate import _EVAL_SAMPLES_PER_CHUNK
 from pfedwn_jax.models import Model
@@ -472,35 +472,6 @@ def estimate(
 
 
 # --------------------------------------------------------------------------- the plan
-def _host_available() -> int:
-    """Host memory available to new allocations (psutil, else /proc/meminfo MemAvailable)."""
-    try:
-        import psutil
-    except ImportError:
-        psutil = None
-    if psutil is not None:
-        return int(psutil.virtual_memory().available)
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) * 1024  # in kB
-    raise ValueError("cannot tell the free host memory (no psutil, no /proc/meminfo); pass budget")
-
-
-def available_bytes(device: Any = None) -> int:
-    """Free bytes of one device (default: this process's first device of the default backend).
-
-    An accelerator reports its own: `memory_stats()["bytes_limit"] - ["bytes_in_use"]`. CPU
-    devices share the host's memory: the host's available memory split evenly over this
-    process's CPU devices (several after `pfedwn_jax.use_cpu_devices`).
-    """
-    device = jax.local_devices()[0] if device is None else device
-    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
-    if stats and "bytes_limit" in stats:
-        return max(0, int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)))
-    sharing = len(jax.local_devices(backend="cpu")) if device.platform == "cpu" else 1
-    return _host_available() // sharing
-
-
 def plan(
     num_runs: int,
     est: MemoryEstimate,
@@ -542,6 +513,43 @@ def plan(
     programs = -(-num_runs // (per_device * devices))
     per_program = -(-num_runs // programs)
     return -(-per_program // devices) * devices
+
+
+def check_fits(
+    est: MemoryEstimate,
+    budget: int | None = None,
+    *,
+    runs: int = 1,
+    fraction: float = 0.8,
+) -> None:
+    """Raise `ValueError` unless a program of `runs` runs of `est` fits `fraction` of
+    `budget` (None: `available_bytes()` of the default device); nothing is allocated.
+
+    The guard a run or a sweep calls before compiling: the message names the plan (bytes per
+    run, shared, total), the budget and what to change: fewer runs per program (how many
+    fit), running the runs in chunks, or, when not even one run fits, the largest part and
+    how to shrink it (a smaller model, fewer clients, a smaller batch).
+    """
+    runs = check_int("runs", runs, 1)
+    fraction = check_float("fraction", fraction, 0.0, 1.0, low_inclusive=False)
+    if not isinstance(est, MemoryEstimate):
+        raise ValueError(f"est must be a MemoryEstimate; got {type(est).__name__}")
+    budget = available_bytes() if budget is None else check_int("budget", budget, 1)
+    usable = int(fraction * budget)
+    need = est.total(runs)
+    if need <= usable:
+        return
+    fit = (usable - est.shared) // max(est.per_run, 1)
+    if fit < 1:
+        raise ValueError(_too_big(est, budget, fraction, usable))
+    raise ValueError(
+        f"the memory plan of {runs} runs of {est.method or 'the method'} in one program needs "
+        f"{format_bytes(need)} ({need} bytes: {format_bytes(est.shared)} shared + {runs} x "
+        f"{format_bytes(est.per_run)} per run) but {fraction:.0%} of the "
+        f"{format_bytes(budget)} free on a device is {format_bytes(usable)} ({usable} bytes); "
+        f"change: at most {fit} runs per program fit, so run fewer runs per program or the "
+        "runs in chunks (or a smaller model, fewer clients or a smaller batch per run)"
+    )
 
 
 _ADVICE = {

@@ -35,7 +35,7 @@ from pfedwn_jax.wireless.perr import (
     link_geometry,
     power_ratio_matrix,
 )
-from pfedwn_jax.wireless.selection import select_neighbors
+from pfedwn_jax.wireless.selection import eps_ceiling_message, perr_ceiling, select_neighbors
 from pfedwn_jax.wireless.sparse_perr import (
     CUTOFF_MODES,
     TAIL_MODES,
@@ -60,6 +60,7 @@ __all__ = [
     "best_channel_moments",
     "candidate_neighbors",
     "check_link_model",
+    "eps_ceiling_message",
     "error_probability",
     "far_field_sums",
     "interference_ccdf",
@@ -72,6 +73,7 @@ __all__ = [
     "lognormal_params",
     "nearest_interferers",
     "path_gain",
+    "perr_ceiling",
     "physical_received",
     "place_network",
     "place_uniform",

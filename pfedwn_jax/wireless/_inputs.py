@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -10,6 +12,7 @@ import numpy as np
 from flax import struct
 
 from pfedwn_jax._checks import check_choice, check_finite, check_range, is_concrete
+from pfedwn_jax.devices import check_device_bytes
 from pfedwn_jax.wireless.channel import MOMENT_MODES
 from pfedwn_jax.wireless.params import ChannelParams
 
@@ -47,8 +50,17 @@ def link_inputs(
     valid: Any,
     params: Any,
     moments: str | None = None,
+    *,
+    footprint: Callable[[int, int, int], int] | None = None,
+    caller: str = "error_probability",
+    change: str | None = None,
 ) -> tuple[Links, ChannelParams]:
-    """Validate and broadcast the link-level inputs: `(Links, params)`."""
+    """Validate and broadcast the link-level inputs: `(Links, params)`.
+
+    `footprint(targets, n, itemsize)`: the caller's device bytes for `targets` (the batch
+    size) x `n` links, checked (`check_link_bytes`, with `change` as the advice) before any
+    array is placed on a device.
+    """
     if not isinstance(params, ChannelParams):
         raise ValueError(f"params must be a ChannelParams; got {type(params).__name__}")
     if moments is not None:
@@ -79,6 +91,10 @@ def link_inputs(
             + ("" if v_shape is None else f", valid {list(v_shape)} ([..., n])")
         ) from e
     n = n_shape[-2]
+    if footprint is not None:
+        targets = math.prod(batch)
+        need = footprint(targets, n, jnp.dtype(float_dtype()).itemsize)
+        check_link_bytes(caller, need, targets, n, change)
     for name, x in (("target_xy", target_xy), ("neighbor_xy", neighbor_xy), ("gamma_th", gamma_th)):
         check_finite(name, x)
     check_range("gamma_th", gamma_th, 0.0, None, low_inclusive=False)
@@ -103,3 +119,27 @@ def _as(x: Any, dtype: Any, shape: tuple[int, ...]) -> Any:
         x = np.asarray(x, dtype)  # host data: one conversion, one transfer
     x = jnp.asarray(x, dtype)
     return x if x.shape == shape else jnp.broadcast_to(x, shape)
+
+
+def check_link_bytes(
+    caller: str, need: int, targets: int, n: int, change: str | None = None
+) -> None:
+    """The size guard of a link-level call: `ValueError` (estimate, budget, what to change)
+    when `need` bytes for `targets` x `n` links do not fit the device. `change` (None: the
+    advice for `error_probability`) says what to do instead."""
+    what = f"{caller} of {targets} target(s) x {n} neighbor(s)"
+    check_device_bytes(need, what, change or _perr_advice(targets, n))
+
+
+def _perr_advice(targets: int, n: int) -> str:
+    """What to change when a dense P_err call is too big: its `[n, n]` part or its links."""
+    if n > 24 * targets:  # the [n, n] interference terms dominate
+        return (
+            "the neighbors of one target all interfere with each other ([n, n] terms): for "
+            "very many neighbors use candidate lists (sparse_error_probability with "
+            "interference='radius' or 'nearest')"
+        )
+    return (
+        "give fewer links per call: split the targets (the leading axes) into chunks, "
+        "as experiment.federation.network_perr does"
+    )

@@ -34,6 +34,7 @@ from pfedwn_jax._checks import (
     check_shape,
     is_concrete,
 )
+from pfedwn_jax.devices import check_device_bytes
 from pfedwn_jax.wireless._inputs import float_dtype
 from pfedwn_jax.wireless.channel import log_received_scale
 from pfedwn_jax.wireless.montecarlo import (
@@ -293,6 +294,12 @@ def physical_received(
     elif num_interferers is not None:
         cand = nearest_interferers(xy, rx, tx, active, num_interferers, cutoff_m=cutoff_m)
     else:
+        check_device_bytes(
+            4 * num_links * n,  # [L, N] int32 candidate lists (the map over links is batched)
+            f"physical_received of {num_links} link(s) with every one of {n} nodes interfering",
+            "pass num_interferers (the K nearest interferers) or interferers lists, or give "
+            "fewer links per call",
+        )
         cand = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (num_links, n))
     if num_links == 0:
         return jnp.zeros((0,), bool)

@@ -12,6 +12,7 @@ counts as a success here, as in the printed formula).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -128,6 +129,18 @@ def _simulate_impl(
 _simulate_jit = jax.jit(_simulate_impl, static_argnames=("num_draws", "interference", "num_sub"))
 
 
+def simulate_bytes(
+    num_draws: int, interference: str, num_sub: int, targets: int, n: int, itemsize: int
+) -> int:
+    """Device bytes of one `simulate_links` call (XLA:CPU measured): "physical" holds every
+    draw's `[n, n]` interference terms and F fades per link, "lognormal" the `[n, n]`
+    moment sums once and a few numbers per draw and link."""
+    links = num_draws * targets * n
+    if interference == "physical":
+        return itemsize * links * (n + 4 * num_sub)
+    return itemsize * (n * n + 8 * links)
+
+
 def simulate_links(
     key: Any,
     target_xy: Any,
@@ -150,7 +163,18 @@ def simulate_links(
     check_choice("interference", interference, INTERFERENCE_MODES)
     num_draws = check_int("num_draws", num_draws, 1, None)
     num_sub = concrete_num_subchannels(params, "simulate_links")
-    links, params = link_inputs(target_xy, neighbor_xy, gamma_th, valid, params, moments)
+    footprint = functools.partial(simulate_bytes, num_draws, interference, num_sub)
+    links, params = link_inputs(
+        target_xy,
+        neighbor_xy,
+        gamma_th,
+        valid,
+        params,
+        moments,
+        footprint=footprint,
+        caller=f"simulate_links ({num_draws} draws)",
+        change="split the draws over several calls (keys) or give fewer links per call",
+    )
     m1, var1 = moment_coefficients(params, moments=moments)
     return _simulate_jit(
         key,

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from pfedwn_jax._checks import check_finite, check_float, check_int
+from pfedwn_jax.devices import check_host_bytes
 
 # elements (query rows x gathered nodes) per chunk of a radius query
 _CHUNK_ELEMENTS = 1 << 22
@@ -176,6 +177,11 @@ def candidate_neighbors(
     if k is None:
         node, d2, _ = _radius_rows(xy, np.arange(n), radius)
     else:
+        check_host_bytes(  # [N, k] indices, distances, mask and their temporaries
+            40 * n * k,
+            f"candidate_neighbors of {n} nodes x k={k}",
+            "fewer candidates per node (k) or fewer nodes",
+        )
         node, d2 = _nearest(xy, k, radius)
     mask = np.isfinite(d2)
     own = np.arange(n)[:, None]

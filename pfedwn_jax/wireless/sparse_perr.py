@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pfedwn_jax._checks import check_choice, check_finite, check_float, check_int, check_range
+from pfedwn_jax.devices import check_device_bytes
 from pfedwn_jax.wireless._inputs import float_dtype
 from pfedwn_jax.wireless.channel import (
     MOMENT_MODES,
@@ -264,6 +265,13 @@ def _tail(
     return far_field_sums(xy, cutoff, params)
 
 
+def sparse_bytes(n: int, k: int, listed: int, step: int) -> int:
+    """Device bytes of one `sparse_error_probability` call: the `[N, K]` links and the
+    `[N, listed]` interferer lists (0 for "all": never materialised), about 16 bytes an entry,
+    plus one chunk's `step` = C x K x I entries (XLA:CPU measured 9-15 bytes each)."""
+    return 16 * n * (k + listed) + 16 * step
+
+
 def sparse_error_probability(
     positions: Any,
     idx: Any,
@@ -309,6 +317,15 @@ def sparse_error_probability(
     num_nodes = check_int("num_nodes", num_nodes, 2, 4096)
     width = n if intf is None else intf[0].shape[1]
     chunk = max(1, min(n, _CHUNK_ELEMENTS // (idx_a.shape[1] * width)))
+    check_device_bytes(
+        sparse_bytes(
+            n, idx_a.shape[1], 0 if intf is None else width, chunk * idx_a.shape[1] * width
+        ),
+        f"sparse_error_probability of {n} nodes x {idx_a.shape[1]} candidates "
+        f"({width} interferers per receiver)",
+        "fewer interferers per receiver (interference='radius' with a smaller cutoff, or "
+        "'nearest') or fewer candidates",
+    )
     dtype = float_dtype()
     m1, var1 = moment_coefficients(params, moments=moments)
     return _sparse_jit(

@@ -1,0 +1,168 @@
+"""What every command line of the package shares: the `pfedwn` CLI and `scripts/*.py`.
+
+- `OneLineParser`: a usage error is one line on stderr and exit status 2;
+- `run_command`: runs a command's work and turns its exceptions into one line and an exit
+  status (2: a `ValueError`, the input asks for something impossible; 1: an `OSError`, the
+  system failed; 130: Ctrl-C), never a traceback;
+- argument types and checks that fail before any work: `out_path` (an empty `--out` is
+  refused, not read as the current directory), `check_out_dir` (writable),
+  `parse_seed_list`, `parse_methods`, `as_flag` (a parser's error named by its flag),
+  `check_eps_flag` / `refuse_eps_flag` (a selection threshold above the largest P_err is
+  refused at the flag).
+
+Imports nothing heavy (no JAX): a script parses and checks its arguments in milliseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pfedwn_jax.io import check_writable_dir
+
+EXIT_USAGE = 2  # a bad argument or value: nothing was done
+EXIT_SYSTEM = 1  # the input was fine, the system failed (disk full, permissions)
+EXIT_INTERRUPTED = 130
+T = TypeVar("T")
+NO_SELECTION = "; --selection false runs without selection"
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argparse parser whose usage errors are one line on stderr and exit status 2.
+
+    Subparsers inherit the class, so a bad flag of any subcommand reads the same way.
+    """
+
+    def error(self, message: str):  # argparse's hook for usage errors
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def run_command(prog: str, work: Callable[[], int | None]) -> int:
+    """`work()`'s exit status, with its errors as one line on stderr prefixed by `prog`:
+    `ValueError` -> 2, `OSError` -> 1 (with the path it concerns), Ctrl-C -> 130."""
+    try:
+        return int(work() or 0)
+    except ValueError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as e:
+        print(f"{prog}: error: {describe_os_error(e)}", file=sys.stderr)
+        return EXIT_SYSTEM
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def describe_os_error(e: OSError) -> str:
+    """One line: what failed and the path(s) it concerns (`[Errno 28] ...` without the code)."""
+    what = " ".join((e.strerror or str(e) or type(e).__name__).split())
+    paths = [str(p) for p in (e.filename, e.filename2) if p is not None]
+    return f"{what}: {' -> '.join(paths)}" if paths else what
+
+
+def out_path(text: str) -> Path:
+    """argparse `type` of an output path: an empty one (an unset shell variable, `--out ''`)
+    is refused instead of meaning the current directory; `.` says that explicitly."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            f"an output path must not be empty; got {text!r} (use . for the current directory)"
+        )
+    return Path(text)
+
+
+def check_out_dir(path: str | Path, flag: str = "--out") -> Path:
+    """`path` as a Path if it is, or can be created as, a writable directory; `ValueError`
+    naming `flag` otherwise (empty, a file, under a file, read-only). Nothing is created."""
+    if not str(path).strip():
+        raise ValueError(f"{flag} must not be empty; got {str(path)!r}")
+    return check_writable_dir(path, flag)
+
+
+def parse_seed_list(text: str, flag: str = "--seeds") -> list[int]:
+    """`"0,1,2"` or a range `"0-4"` as seeds (each >= 0, none repeated); `ValueError` naming
+    `flag`, the bad item and the allowed form."""
+    from pfedwn_jax.sweeps.grid import parse_seeds  # the sweep CLI's parser
+
+    return list(as_flag(flag, "seeds", parse_seeds, text))
+
+
+def parse_methods(text: str, flag: str = "--methods") -> tuple[str, ...]:
+    """`"local,pfedwn"` as registered algorithm names; `ValueError` naming `flag`, the
+    unknown name and the registered ones."""
+    from pfedwn_jax.experiment.config import check_algorithms
+
+    return as_flag(flag, "algorithms", check_algorithms, text)
+
+
+def as_flag(flag: str, name: str, parse: Callable[..., T], *args: Any) -> T:
+    """`parse(*args)`, its `ValueError` naming `flag` where it named the field `name`
+    ("seeds: ..." from `--seeds` reads "--seeds: ...")."""
+    try:
+        return parse(*args)
+    except ValueError as e:
+        text = str(e)
+        renamed = flag + text[len(name) :] if text.startswith(name) else f"{flag}: {text}"
+        raise ValueError(renamed) from None
+
+
+# --------------------------------------------------------------------------- eps
+def check_eps_flag(
+    eps: float | None, params: Any = None, moments: str = "paper", hint: str = ""
+) -> None:
+    """`ValueError` when a selection threshold given as `--eps` lies above the largest P_err
+    of the formula (`wireless.perr_ceiling` of `params`): it would select every neighbor.
+    `hint` ends the message (e.g. the command's way to turn selection off)."""
+    if eps is None:
+        return
+    from pfedwn_jax._checks import check_float
+    from pfedwn_jax.wireless import eps_ceiling_message
+
+    eps = check_float("eps", eps, 0.0, 1.0, low_inclusive=False, high_inclusive=False)
+    message = eps_ceiling_message(eps, params, moments)
+    if message is not None:
+        raise ValueError(f"--{message}{hint}")
+
+
+def refuse_eps_flag(eps: float | None, build: Callable[[], T]) -> T:
+    """`build()`'s configs (one `ExperimentConfig` or a list), refusing an explicit `--eps`
+    above the P_err ceiling of any config that selects (`check_eps_flag`, one line).
+
+    The configs' own warning about such an eps (logged on construction, for the Python API)
+    is held back while they are built and shown only when nothing is refused, so a refusal
+    is one line.
+    """
+    if eps is None:
+        return build()
+    from pfedwn_jax.wireless import ChannelParams
+
+    held: list[logging.LogRecord] = []
+    logger = logging.getLogger("pfedwn_jax")
+    hold = _Hold(held)
+    logger.addFilter(hold)
+    try:
+        built = build()
+    finally:
+        logger.removeFilter(hold)
+    for config in built if isinstance(built, list | tuple) else [built]:
+        if config.selection:
+            params = ChannelParams(**config.channel)
+            check_eps_flag(config.eps, params, config.moments, NO_SELECTION)
+    for record in held:
+        logger.handle(record)
+    return built
+
+
+class _Hold(logging.Filter):
+    """Keeps the records of a logger in `held` instead of emitting them."""
+
+    def __init__(self, held: list[logging.LogRecord]) -> None:
+        super().__init__()
+        self.held = held
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.held.append(record)
+        return False
