@@ -32,10 +32,20 @@ ALL = "all"
 
 
 def check_mesh(mesh: Any) -> Mesh:
-    """`mesh` if it is a `Mesh` with axes ("runs", "slots"); a ValueError otherwise."""
+    """`mesh` if it is a `Mesh` with axes ("runs", "slots") and more than one device on at
+    most one of them; a ValueError otherwise.
+
+    Both axes larger than one (runs split over some devices, each run's slots over others)
+    is not supported yet: the engine's per-slot step is traced outside the slots'
+    `shard_map` and its closed-over values would carry the runs-manual mesh into it."""
     if not isinstance(mesh, Mesh) or tuple(mesh.axis_names) != (RUNS, SLOTS):
         axes = getattr(mesh, "axis_names", type(mesh).__name__)
         raise ValueError(f"mesh must be a jax Mesh with axes ('runs', 'slots'); got {axes}")
+    if mesh.shape[RUNS] > 1 and mesh.shape[SLOTS] > 1:
+        raise ValueError(
+            f"mesh {dict(mesh.shape)}: split either the runs or the slots over the devices, "
+            "not both; allowed: runs x 1 (many runs) or 1 x slots (one large run)"
+        )
     return mesh
 
 
@@ -117,7 +127,6 @@ def _sharded(fn: Any, in_axes: tuple, out_axes: Any, mesh: Mesh, runs: int) -> A
         mesh=mesh,
         in_specs=_specs(in_axes),
         out_specs=_specs(out_axes),
-        axis_names={RUNS},
         check_vma=False,
     )
 
