@@ -254,6 +254,11 @@ def accuracy_summary(rows: list[dict], window: int = 5) -> list[str]:
                 f"{x['components'].mean():.2f}; received - components {d.mean():+.2f} +- "
                 f"{half:.2f}; received - Local {(x['received'] - local).mean():+.2f}"
             )
+    for a in sorted({r["a"] for r in rows if r["a"] < 1}):  # every case and seed, paired
+        keys = sorted({(r["case"], r["seed"]) for r in rows if r["a"] == a})
+        d = np.array([last[c, a, "received", s] - last[c, a, "components", s] for c, s in keys])
+        half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
+        out.append(f"pooled, a={a}: received - components {d.mean():+.2f} +- {half:.2f}")
     return out
 
 
