@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from pfedwn_jax.data import ClientData, Dataset
 
@@ -29,6 +32,19 @@ CLASSES = 3
 M = 16  # padded samples per client
 COUNTS = np.array([11, 5, 0, 9, 3])  # one empty client; the largest < M (padded steps)
 B = 4  # batch size
+
+
+def shared_data_file(name: str) -> Path:
+    """A file of the shared real-data folder: `$PFEDWN_DATA_DIR`, else `shared/data` beside
+    the repository or beside its parent (a git worktree's folder); the test is skipped,
+    saying where it looked, when none holds it."""
+    repo = Path(__file__).resolve().parents[1]
+    folders = [os.environ.get("PFEDWN_DATA_DIR"), repo.parent / "shared" / "data"]
+    folders.append(repo.parents[1] / "shared" / "data")
+    for folder in folders:
+        if folder and (Path(folder) / name).is_file():
+            return Path(folder) / name
+    pytest.skip(f"{name} is in none of {[str(f) for f in folders if f]}")
 
 
 def make_data(counts=COUNTS, seed=0, pad_seed=None, max_samples=M) -> ClientData:

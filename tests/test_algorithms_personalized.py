@@ -326,7 +326,9 @@ def test_bad_hparams_are_value_errors(name, overrides, match):
 
 
 def test_pfedwn_full_em_is_e_step_m_step_then_weighted_training():
-    """One outer EM step of `estimate_pi`, recomposed by hand from the public pieces."""
+    """One outer EM step of `estimate_pi`, recomposed by hand from the public pieces: with
+    `pi_from="components"` (App. B literally) the refinement evaluates the components after
+    M-step 2; by default it evaluates the received models."""
     from pfedwn_jax.algorithms.pfedwn import estimate_pi
     from pfedwn_jax.em import estimate_weights, m_step, responsibilities
     from pfedwn_jax.engine import cross_evaluate, take_slots
@@ -334,7 +336,7 @@ def test_pfedwn_full_em_is_e_step_m_step_then_weighted_training():
     ctx = make_ctx([[0, 1, 2, 3], [0, 1], [2, 3]])  # the target mixes both neighbors
     local_state, _ = run("local", ctx, 1)  # trained, distinct neighbor models
     params = local_state.clients.params
-    hp = make_hparams(get_algorithm("pfedwn"), {"em_steps": 1})
+    hp = make_hparams(get_algorithm("pfedwn"), {"em_steps": 1, "pi_from": "components"})
     pt, pn = np.array([0, 0]), np.array([1, 2])  # the target's two (target, neighbor) pairs
     key = jax.random.PRNGKey(5)
     pi, trace = jax.jit(lambda p: estimate_pi(p, key, ctx, hp))(params)
@@ -381,6 +383,11 @@ def test_pfedwn_full_em_is_e_step_m_step_then_weighted_training():
         dense(comp), smask, nmask, pi1, num_iters=hp.em_iters, tol=hp.em_tol, floor=hp.floor
     )
     assert np.abs(np.asarray(fixed) - np.asarray(pi)).max() > 1e-3
+    # the default: the same E-step and pi update, then the refinement on the received models
+    default = make_hparams(get_algorithm("pfedwn"), {"em_steps": 1})
+    pi_d, trace_d = jax.jit(lambda p: estimate_pi(p, key, ctx, default))(params)
+    np.testing.assert_allclose(trace_d[1], pi1, atol=1e-5)
+    np.testing.assert_allclose(pi_d, fixed, atol=1e-4)
 
 
 def test_pfedwn_mix_components_mixes_the_fine_tuned_components_when_em_runs():

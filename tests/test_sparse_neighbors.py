@@ -186,19 +186,18 @@ def test_fedamp_cloud_models_equal_the_dense_attention():
         jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), got, want)
 
 
-@pytest.mark.parametrize("component_updates", [False, True])
-def test_pfedwn_em_equals_a_dense_em(component_updates):
+@pytest.mark.parametrize("pi_from", ["received", "components"])
+def test_pfedwn_em_equals_a_dense_em(pi_from):
     """`estimate_pi` over the lists equals EM over `[S, S, N]` written out here, on uneven
-    rows (a non-target row too), with and without the responsibility-weighted training."""
+    rows (a non-target row too), on the received models (the default) and on the components
+    after the responsibility-weighted training."""
     is_target = np.array([True, True, True, False, True, True])
     ctx = make_ctx(is_target=is_target)
     s = 6
     local = get_algorithm("local")
     state = local.init(jax.random.PRNGKey(0), ctx, make_hparams(local))
     params = local.round(state, jax.random.PRNGKey(1), ctx, None)[0].clients.params
-    hp = make_hparams(
-        get_algorithm("pfedwn"), {"em_steps": 1, "component_updates": component_updates}
-    )
+    hp = make_hparams(get_algorithm("pfedwn"), {"em_steps": 1, "pi_from": pi_from})
     key = jax.random.PRNGKey(5)
     pi, trace = jax.jit(lambda p: estimate_pi(p, key, ctx, hp))(params)
 
@@ -216,7 +215,7 @@ def test_pfedwn_em_equals_a_dense_em(component_updates):
     prior = nmask / jnp.maximum(nmask.sum(1, keepdims=True), 1)
     lam = responsibilities(dense(comp), prior, smask, nmask)
     pi1 = m_step(lam, smask, nmask, hp.floor)
-    if component_updates:
+    if pi_from == "components":
         state = ClientState(comp, jax.vmap(ctx.optimizer.init)(comp))
         state, _ = local_train(
             ctx.model, ctx.optimizer, state, ctx.train, dc, jax.random.fold_in(key, 0),

@@ -22,14 +22,21 @@ responsibilities are ``[S, K, n]`` per target's own ``n`` samples.
 - schedule: no aggregation during ``warmup_rounds`` rounds of local training (EM on untrained
   models would see identical losses); at round ``warmup_rounds`` pi is estimated; then frozen
   (``em_every=0``, the paper's time-slot picture) or re-estimated every ``em_every`` rounds.
-- ``component_updates=True`` runs the full EM: ``em_steps`` iterations of E-step, pi update
-  (M-step 1) and a responsibility-weighted epoch of each component model on the target's data
-  (M-step 2, ``local_update(..., sample_weight=lambda)``); ``False`` keeps the received models
-  fixed. Either way pi is then refined with the components fixed until ``max |delta pi| <
-  em_tol`` (``pfedwn_jax.em.estimate_weights``). Components are scratch models: Eq. 5 mixes
-  the neighbors' own models, EM only decides the weights; with ``mix_components=True`` a
-  round that estimates pi mixes the fine-tuned components instead (the other reading of
-  Alg. 1, measured in docs/REPRODUCTION.md).
+- EM (``estimate_pi``): ``em_steps`` outer steps of E-step and pi update (M-step 1), then pi
+  is refined with fixed models until ``max |delta pi| < em_tol``
+  (``pfedwn_jax.em.estimate_weights``). ``pi_from`` says which models the E-steps evaluate:
+  ``"received"`` (default) the neighbors' received models, so pi says how well each
+  neighbor's model, trained on that neighbor's data, explains the target's data (the paper's
+  intent: weights by data similarity); ``"components"`` App. B read literally, the components
+  after M-step 2 (each outer step trains every component one responsibility-weighted epoch on
+  the target's data, ``local_update(..., sample_weight=lambda)``). Fine-tuned on the
+  target's own data, the components all fit it, and pi then follows which fits best after
+  fine-tuning, not whose data is similar (measured on full MNIST, docs/algorithms.md).
+- M-step 2 (``component_updates``) runs only where its components are used: with
+  ``pi_from="components"``, or with ``mix_components=True``, where a round that estimates pi
+  mixes the fine-tuned components instead of the received models (the other reading of
+  Alg. 1, measured in docs/REPRODUCTION.md). Otherwise components are scratch copies and
+  Eq. 5 mixes the neighbors' own models; EM only decides the weights.
 - ``floor`` keeps every selected neighbor's weight at least that large.
 
 Records per round: ``pi [S, K]`` (row i: target i's weights over its neighbor list, columns
@@ -46,7 +53,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pfedwn_jax._checks import INT32_MAX, check_bool, check_float, check_int, set_fields
+from pfedwn_jax._checks import (
+    INT32_MAX,
+    check_bool,
+    check_choice,
+    check_float,
+    check_int,
+    set_fields,
+)
 from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register, static
 from pfedwn_jax.algorithms.common import (
     append_slots,
@@ -59,6 +73,9 @@ from pfedwn_jax.algorithms.common import (
 )
 from pfedwn_jax.em import estimate_weights, m_step, responsibilities
 from pfedwn_jax.engine import ClientState, cross_evaluate, mix_sparse, take_slots
+
+#: Which models EM's E-step evaluates (``PFedWNHParams.pi_from``).
+PI_FROM = ("received", "components")
 
 
 @hparams
@@ -73,9 +90,10 @@ class PFedWNHParams:
       em_every: 0 estimates pi once after warm-up and freezes it (the paper's Fig. 4
         time-slot picture, default); k > 0 re-estimates every k rounds.
       component_updates: run App. B's M-step 2 (responsibility-weighted training of the
-        component models on the target's data) in each outer EM step (paper Alg. 1; default
-        True); False keeps the received neighbor models fixed.
-      em_steps: outer EM steps (E, M-pi and, if enabled, M-w) per estimate (ours: 3).
+        component models on the target's data) in each outer EM step where its components
+        are used: by the E-steps (``pi_from="components"``) or by Eq. 5 (``mix_components``)
+        (paper Alg. 1; default True); False keeps the received neighbor models everywhere.
+      em_steps: outer EM steps (E, M-pi and, where used, M-w) per estimate (ours: 3).
       em_iters: maximum fixed-model EM iterations of the final refinement (ours: 200).
       em_tol: stop the refinement when ``max |delta pi| < em_tol`` (ours: 1e-5).
       floor: lower bound of every selected neighbor's weight, in ``[0, 1]`` (capped at ``1/k``
@@ -86,6 +104,10 @@ class PFedWNHParams:
         M-step 2 fine-tuned on the target's data instead of the neighbors' received models
         (the other reading of Alg. 1); other rounds mix the received models. Default False
         (the paper's Eq. 5 names the neighbors' models ``w_m``).
+      pi_from: the models EM's E-steps and refinement evaluate: ``"received"`` (default,
+        ours on evidence, docs/algorithms.md: pi then follows whose data explains the
+        target's) or ``"components"`` (App. B's loop read literally: the components after
+        M-step 2, fine-tuned on the target's own data).
     """
 
     a: float = 0.5
@@ -98,6 +120,7 @@ class PFedWNHParams:
     floor: float = 1e-4
     component_epochs: int = static(1)
     mix_components: bool = static(False)
+    pi_from: str = static("received")
 
     def __post_init__(self) -> None:
         name = "hparams.pfedwn."
@@ -115,6 +138,7 @@ class PFedWNHParams:
                 name + "component_epochs", self.component_epochs, 1, INT32_MAX
             ),
             mix_components=check_bool(name + "mix_components", self.mix_components),
+            pi_from=check_choice(name + "pi_from", self.pi_from, PI_FROM),
         )
 
 
@@ -240,12 +264,13 @@ def _estimate(
     hp: PFedWNHParams,
     received: tuple[Any, jax.Array] | None,
 ) -> tuple[jax.Array, jax.Array, Any]:
-    """``estimate_pi`` plus the components after M-step 2 (leaves ``[P, ...]``, pair order)."""
+    """``estimate_pi`` plus the components after M-step 2 (leaves ``[P, ...]``, pair order;
+    the received models where M-step 2 does not run, see the module docstring)."""
     s = ctx.num_slots
     pairs = em_pairs(ctx)
     nmask = weighed(ctx)[:, 1:]  # [S, K - 1] the EM runs over the neighbor columns
     smask = ctx.train.mask[ctx.data_client]  # [S, N] the target's real samples
-    dc = ctx.data_client[pairs.slot]  # [P] component p is evaluated/trained on its target's data
+    dc = ctx.data_client[pairs.slot]  # [P] component p is evaluated on its target's data
     pool, index = (params, ctx.neighbors) if received is None else received
     comp = take_slots(pool, index[pairs.slot, pairs.col])
     p_idx = jnp.arange(pairs.slot.shape[0], dtype=jnp.int32)
@@ -254,32 +279,47 @@ def _estimate(
         per = cross_evaluate(ctx.model, comp_params, ctx.train, p_idx, dc)["loss"]
         return _per_entry(per.astype(jnp.float32), pairs, s)  # [S, K - 1, N]
 
+    on_received = hp.pi_from == "received"
+    fixed = losses_of(comp) if on_received else None  # the E-step's losses, every step
+    train = hp.component_updates and (hp.mix_components or not on_received)
+
     def em_step(carry: tuple[Any, jax.Array], step: jax.Array):
         comp_state, pi = carry
-        lam = responsibilities(losses_of(comp_state.params), pi, smask, nmask)  # E-step
+        losses = fixed if on_received else losses_of(comp_state.params)
+        lam = responsibilities(losses, pi, smask, nmask)  # E-step
         pi = m_step(lam, smask, nmask, hp.floor)  # M-step 1: pi = mean_i lambda
-        if hp.component_updates:  # M-step 2: responsibility-weighted training
-            comp_state, _ = local_update(
-                ctx,
-                comp_state,
-                jax.random.fold_in(key, step),
-                data_client=dc,
-                epochs=hp.component_epochs,
-                sample_weight=lam[pairs.slot, pairs.col - 1],
-                active=pairs.valid,
-            )
+        if train:  # M-step 2: responsibility-weighted training
+            comp_state = _m_step_2(ctx, comp_state, jax.random.fold_in(key, step), lam, hp)
         return (comp_state, pi), pi
 
     pi0 = (nmask / jnp.maximum(nmask.sum(1, keepdims=True), 1)).astype(jnp.float32)
     state0 = ClientState(comp, jax.vmap(ctx.tx.init)(comp))
     (state, pi), trace = jax.lax.scan(em_step, (state0, pi0), jnp.arange(hp.em_steps))
     trace = jnp.concatenate([pi0[None], trace], axis=0)
-    losses = losses_of(state.params)
+    losses = fixed if on_received else losses_of(state.params)
     pi = estimate_weights(
         losses, smask, nmask, pi, num_iters=hp.em_iters, tol=hp.em_tol, floor=hp.floor
     )
     trace = jnp.concatenate([trace, pi[None]], axis=0)
     return _with_self_column(pi), _with_self_column(trace), state.params
+
+
+def _m_step_2(
+    ctx: RoundContext, comps: ClientState, key: jax.Array, lam: jax.Array, hp: PFedWNHParams
+) -> ClientState:
+    """App. B's M-step 2: ``component_epochs`` epochs of every component (``[P, ...]``, pair
+    order) on its target's data, sample ``i`` weighted by ``lam [S, K - 1, N]``."""
+    pairs = em_pairs(ctx)
+    comps, _ = local_update(
+        ctx,
+        comps,
+        key,
+        data_client=ctx.data_client[pairs.slot],
+        epochs=hp.component_epochs,
+        sample_weight=lam[pairs.slot, pairs.col - 1],
+        active=pairs.valid,
+    )
+    return comps
 
 
 def _component_pool(params: Any, comps: Any, ctx: RoundContext) -> tuple[Any, jax.Array]:

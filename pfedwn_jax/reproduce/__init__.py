@@ -5,7 +5,16 @@
 Fig. 1, 8, 9) lives in `learning`.
 """
 
-from pfedwn_jax.reproduce.cases import PAPER_GAMMAS, PAPER_WANTED, Case, network20_case, paper_cases
+from pfedwn_jax.reproduce.cases import (
+    PAPER_GAMMAS,
+    PAPER_WANTED,
+    Case,
+    case_rows,
+    label_overlap,
+    meets_criterion,
+    network20_case,
+    paper_cases,
+)
 from pfedwn_jax.reproduce.learning import reproduce
 from pfedwn_jax.reproduce.wireless_figs import (
     FIGURES,
@@ -26,10 +35,13 @@ __all__ = [
     "PRESETS",
     "Case",
     "WirelessPreset",
+    "case_rows",
     "fig4",
     "fig5",
     "fig6",
     "fig7",
+    "label_overlap",
+    "meets_criterion",
     "network20_case",
     "paper_cases",
     "preset_config",

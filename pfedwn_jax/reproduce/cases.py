@@ -15,11 +15,38 @@ three cases are then one network, as in the paper, with three different target d
 
 Seeds whose links lie within `margin` of `eps` are skipped, so the count is the same in float32,
 float64 and the scipy reference.
+
+Which data clients (`criterion`). The paper's cases are targets whose selected neighbors differ
+in data: its Case 1 target has a neighbor with a "similar" label distribution (neighbor 5) and
+one that is "totally different" (neighbor 10, none of the target's labels). The selection counts
+alone do not give that (on full MNIST the first network's Case 3 target shares 0% and 4% of
+its label mass with its two selected neighbors), so `criterion="similarity"` also chooses the
+targets:
+
+- similarity of two clients' label distributions `p`, `q` (over the partition's samples, train,
+  validation and test together): their overlap `sum_y min(p(y), q(y)) = 1 - TV(p, q)`, the
+  share of label mass they have in common (1: the same distribution, 0: no class in common);
+  `label_overlap`;
+- a case qualifies when its target's selected neighbors include one with overlap
+  `>= SIMILAR` (0.4) and one with overlap `<= DIFFERENT` (0.1) (`meets_criterion`);
+- the search takes the topology seeds in order, as above: the first seed whose centre selects
+  the wanted counts and on which every case has a qualifying target (the cases' targets
+  distinct, the first such in data-client order); only if no seed has them all is each case
+  searched on its own;
+- `case_rows` lists, per case, the target, its neighbors and their overlaps (for a report).
+
+The thresholds are arguments (`similar`, `different`): the paper partition of a dataset with
+many classes among few clients may hold no pair that similar (the quick preset's CIFAR-100
+subset over 11 clients: every overlap at most 0.21), where the search says so instead of
+relaxing them.
+`criterion="counts"` (the default) keeps the cases chosen by the counts only (targets 0, 1,
+2), for comparison.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -27,7 +54,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pfedwn_jax._checks import check_float, check_int
+from pfedwn_jax._checks import check_choice, check_float, check_int
+from pfedwn_jax.data.federate import client_label_counts
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.experiment.federation import channel_params, single_target_federation
 from pfedwn_jax.wireless import error_probability, place_uniform, topology_keys
@@ -35,6 +63,13 @@ from pfedwn_jax.wireless import error_probability, place_uniform, topology_keys
 #: The paper's Table II cases: selected-neighbor counts and their SINR thresholds.
 PAPER_WANTED = (4, 3, 2)
 PAPER_GAMMAS = (5.0, 10.0, 15.0)
+#: How `paper_cases` chooses the cases: by the selection counts only, or also by the
+#: neighbors' label similarity (see the module docstring).
+CRITERIA = ("counts", "similarity")
+#: `criterion="similarity"`: a neighbor with at least this overlap with the target ...
+SIMILAR = 0.4
+#: ... and one with at most this overlap.
+DIFFERENT = 0.1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +88,8 @@ class Case:
       num_selected: `len(selected)`.
       perr: `[num_neighbors]` P_err of each neighbor to the target (placement order).
       shared: True when all cases of the search share this topology seed.
+      similarity: label overlap (`label_overlap`) of each selected neighbor with the target,
+        in `selected_clients` order; empty when the search had no label counts.
     """
 
     name: str
@@ -65,6 +102,7 @@ class Case:
     num_selected: int
     perr: tuple[float, ...]
     shared: bool = True
+    similarity: tuple[float, ...] = ()
 
     def config(self, base: ExperimentConfig) -> ExperimentConfig:
         """`base` with this case's gamma_th, target, topology_seed and num_neighbors."""
@@ -79,9 +117,65 @@ class Case:
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly fields."""
         out = dataclasses.asdict(self)
-        for k in ("selected", "selected_clients", "perr"):
+        for k in ("selected", "selected_clients", "perr", "similarity"):
             out[k] = list(out[k])
         return out
+
+
+def label_overlap(counts: Any) -> np.ndarray:
+    """`[N, N]` overlap `sum_y min(p_a(y), p_b(y))` (= 1 - total variation) of the clients'
+    label distributions, from class counts `counts [N, C]`; a client without samples has
+    overlap 0 with every client."""
+    c = np.asarray(counts, np.float64)
+    if c.ndim != 2 or not np.isfinite(c).all() or (c < 0).any():
+        raise ValueError(f"counts must be [clients, classes] counts >= 0; got shape {c.shape}")
+    total = c.sum(1, keepdims=True)
+    p = np.divide(c, total, out=np.zeros_like(c), where=total > 0)
+    return np.minimum(p[:, None, :], p[None, :, :]).sum(-1)
+
+
+def meets_criterion(
+    overlaps: Sequence[float], similar: float = SIMILAR, different: float = DIFFERENT
+) -> bool:
+    """Whether a target's selected neighbors, with label overlaps `overlaps [M]` with the
+    target, include one with overlap `>= similar` and one with overlap `<= different`."""
+    o = np.asarray(overlaps, np.float64)
+    return bool(o.size >= 2 and o.max() >= similar and o.min() <= different)
+
+
+def config_label_counts(config: ExperimentConfig) -> np.ndarray:
+    """`[N, C]` class counts of each data client of `config`'s partition (train, validation
+    and test together), the data exactly as a run of `config` loads it."""
+    from pfedwn_jax.experiment.setup import load_data  # loads the dataset: only when asked
+
+    return client_label_counts(load_data(config)[0], "all")
+
+
+def case_rows(
+    cases: Sequence[Case],
+    label_counts: Any,
+    similar: float = SIMILAR,
+    different: float = DIFFERENT,
+) -> list[dict[str, Any]]:
+    """Per case a row for a report: `case`, `target`, `neighbors` (their data clients),
+    `similarity` (each neighbor's label overlap with the target), `role` ("similar",
+    "different" or "" per neighbor, by the thresholds) and `meets` (`meets_criterion`)."""
+    overlap = label_overlap(label_counts)
+    rows = []
+    for case in cases:
+        sim = [float(overlap[case.target, c]) for c in case.selected_clients]
+        role = ["similar" if v >= similar else "different" if v <= different else "" for v in sim]
+        rows.append(
+            {
+                "case": case.name,
+                "target": case.target,
+                "neighbors": list(case.selected_clients),
+                "similarity": sim,
+                "role": role,
+                "meets": meets_criterion(sim, similar, different),
+            }
+        )
+    return rows
 
 
 def seed_perr(
@@ -120,12 +214,20 @@ def _matches(perr: np.ndarray, eps: float, wanted: Sequence[int], margin: float)
 
 
 def _make_case(
-    config: ExperimentConfig, name: str, gamma: float, seed: int, target: int, shared: bool
+    config: ExperimentConfig,
+    name: str,
+    gamma: float,
+    seed: int,
+    target: int,
+    shared: bool,
+    overlap: np.ndarray | None = None,
 ) -> Case:
     """The case as the run builds it (`single_target_federation`, the runner's own path)."""
     cfg = dataclasses.replace(config, gamma_th=gamma, topology_seed=seed, target=target)
     fed = single_target_federation(cfg)
     ids = np.flatnonzero(fed.selected) + 1
+    nbrs = fed.data_client[1:]
+    sim = () if overlap is None else tuple(float(overlap[target, c]) for c in nbrs)
     return Case(
         name=name,
         gamma_th=float(gamma),
@@ -137,6 +239,7 @@ def _make_case(
         num_selected=len(ids),
         perr=tuple(float(p) for p in fed.perr),
         shared=shared,
+        similarity=sim,
     )
 
 
@@ -150,42 +253,136 @@ def paper_cases(
     targets: Sequence[int] | None = None,
     margin: float = 1e-4,
     names: Sequence[str] | None = None,
+    criterion: str = "counts",
+    label_counts: Any = None,
+    similar: float = SIMILAR,
+    different: float = DIFFERENT,
 ) -> list[Case]:
     """Cases whose targets select `wanted[i]` neighbors at `gammas[i]` (the paper's 4/3/2).
 
     Channel, eps and moments come from `config`. Searches `search_seeds` in order: the first
     seed that gives every count at once (one network for all cases), else per case the first
-    seed that gives its count. `targets` (default 0, 1, 2, ...): the data client of each case.
-    Raises ValueError naming the counts when no seed in `search_seeds` gives a case's count.
+    seed that gives its count. With `criterion="counts"` the targets are `targets` (default
+    0, 1, 2, ...: the data client of each case); with `"similarity"` the search also picks
+    the targets, distinct, such that every case `meets_criterion(similar, different)` (see the
+    module docstring; `targets` must be None). `label_counts [N, C]`: the clients' class
+    counts (default: `config_label_counts(config)`, loaded only for `"similarity"`); given,
+    they also fill `Case.similarity` of `"counts"` cases.
+    Raises ValueError naming the counts (and thresholds) when no seed gives a case.
     """
     n, wanted, gammas, margin = _check_args(neighbors, wanted, gammas, margin)
+    criterion = check_choice("criterion", criterion, CRITERIA)
     seeds = [check_int("search_seeds", s, 0, 2**32 - 1) for s in search_seeds]
     if not seeds:
         raise ValueError("search_seeds must hold at least one topology seed; got none")
     base = dataclasses.replace(config, num_neighbors=n, target=0)
-    targets = tuple(range(len(wanted))) if targets is None else tuple(targets)
-    targets = tuple(t % base.num_clients for t in targets)
     names = names or tuple(f"Case {i + 1}" for i in range(len(wanted)))
-    if len(targets) != len(wanted) or len(names) != len(wanted):
-        raise ValueError(
-            f"targets and names need one entry per case ({len(wanted)}); got "
-            f"targets={targets}, names={tuple(names)}"
-        )
-    ok = _matches(seed_perr(base, seeds, n, gammas), base.eps, wanted, margin)  # [G, S]
-    both = np.flatnonzero(ok.all(0))
-    shared = both.size > 0
-    chosen = [
-        both[0] if shared else _first(ok[g], seeds, wanted[g], gammas[g])
-        for g in range(len(wanted))
-    ]
+    perr = seed_perr(base, seeds, n, gammas)  # [G, S, n]
+    ok = _matches(perr, base.eps, wanted, margin)  # [G, S]
+    overlap = _overlaps(base, label_counts, criterion)
+    if criterion == "counts":
+        chosen, targets, shared = _by_counts(ok, seeds, wanted, gammas, targets, base.num_clients)
+    elif targets is not None:
+        raise ValueError("criterion='similarity' chooses the targets; pass targets=None")
+    else:
+        found = _by_similarity(perr < base.eps, ok, overlap, (similar, different))
+        chosen, targets, shared = _or_raise(found, seeds, wanted, gammas, (similar, different))
+    if len(names) != len(wanted):
+        raise ValueError(f"names need one entry per case ({len(wanted)}); got {tuple(names)}")
     cases = [
-        _make_case(base, names[g], gammas[g], seeds[chosen[g]], targets[g], shared)
+        _make_case(base, names[g], gammas[g], seeds[chosen[g]], targets[g], shared, overlap)
         for g in range(len(wanted))
     ]
     for case, w in zip(cases, wanted, strict=True):
         if case.num_selected != w:  # the runner's path disagrees with the batched search
             raise RuntimeError(f"{case.name}: the federation selects {case.num_selected}, not {w}")
+        if criterion == "similarity" and not meets_criterion(case.similarity, similar, different):
+            raise RuntimeError(f"{case.name}: the federation's neighbors miss the criterion")
     return cases
+
+
+def _overlaps(config: ExperimentConfig, label_counts: Any, criterion: str) -> np.ndarray | None:
+    """`label_overlap` of the given counts, or of the config's data for `"similarity"`."""
+    if label_counts is None and criterion == "counts":
+        return None
+    counts = config_label_counts(config) if label_counts is None else np.asarray(label_counts)
+    if counts.ndim != 2 or counts.shape[0] != config.num_clients:
+        raise ValueError(
+            f"label_counts must be [clients, classes] with {config.num_clients} clients "
+            f"({config.num_neighbors} neighbors + the target); got shape {counts.shape}"
+        )
+    return label_overlap(counts)
+
+
+def _by_counts(
+    ok: np.ndarray,
+    seeds: list[int],
+    wanted: tuple[int, ...],
+    gammas: tuple[float, ...],
+    targets: Sequence[int] | None,
+    num_clients: int,
+) -> tuple[list[int], tuple[int, ...], bool]:
+    """`(seed index per case, targets, shared)` of the counts-only search."""
+    targets = tuple(range(len(wanted))) if targets is None else tuple(targets)
+    if len(targets) != len(wanted):
+        raise ValueError(f"targets need one entry per case ({len(wanted)}); got targets={targets}")
+    both = np.flatnonzero(ok.all(0))
+    shared = both.size > 0
+    chosen = [
+        int(both[0]) if shared else _first(ok[g], seeds, wanted[g], gammas[g])
+        for g in range(len(wanted))
+    ]
+    return chosen, tuple(t % num_clients for t in targets), shared
+
+
+def _by_similarity(
+    sel: np.ndarray, ok: np.ndarray, overlap: np.ndarray, thresholds: tuple[float, float]
+) -> tuple[list[int | None], list[int | None], bool]:
+    """`(seed index per case, targets, shared)` of the similarity search; None where a case
+    has no seed. `sel [G, S, n]`: placement neighbor k selected at gamma g on seed s."""
+    clients = overlap.shape[0]
+    others = [np.array([c for c in range(clients) if c != t]) for t in range(clients)]
+
+    def fits(g: int, s: int) -> list[int]:
+        return [
+            t
+            for t in range(clients)
+            if meets_criterion(overlap[t, others[t][sel[g, s]]], *thresholds)
+        ]
+
+    for s in np.flatnonzero(ok.all(0)):  # one network: distinct targets, first in order
+        for pick in itertools.product(*(fits(g, s) for g in range(ok.shape[0]))):
+            if len(set(pick)) == len(pick):
+                return [int(s)] * len(pick), list(pick), True
+    chosen: list[int | None] = []
+    picked: list[int | None] = []
+    for g in range(ok.shape[0]):  # per case: first seed with a target not taken yet
+        hits = ((int(s), t) for s in np.flatnonzero(ok[g]) for t in fits(g, s))
+        s, t = next(((s, t) for s, t in hits if t not in picked), (None, None))
+        chosen.append(s)
+        picked.append(t)
+    return chosen, picked, False
+
+
+def _or_raise(
+    found: tuple[list[int | None], list[int | None], bool],
+    seeds: list[int],
+    wanted: tuple[int, ...],
+    gammas: tuple[float, ...],
+    thresholds: tuple[float, float],
+) -> tuple[list[int], tuple[int, ...], bool]:
+    """`found` when every case has a seed; else a ValueError naming the first case without."""
+    chosen, targets, shared = found
+    for g, s in enumerate(chosen):
+        if s is None:
+            raise ValueError(
+                f"no topology seed in search_seeds ({seeds[0]}..{seeds[-1]}, {len(seeds)} "
+                f"seeds) selects exactly {wanted[g]} neighbors at gamma_th={gammas[g]:g} "
+                f"for a target (not already taken) whose neighbors include one with label "
+                f"overlap >= {thresholds[0]:g} and one <= {thresholds[1]:g}; search more seeds "
+                "or change the thresholds"
+            )
+    return [int(s) for s in chosen], tuple(int(t) for t in targets), shared
 
 
 def _first(ok: np.ndarray, seeds: list[int], want: int, gamma: float) -> int:

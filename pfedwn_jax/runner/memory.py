@@ -1,7 +1,7 @@
 """The memory plan of a sweep: device bytes of one run, and how many runs fit in one program.
 
 `estimate(ctx, test, alg, hp)` counts, without allocating or compiling anything, the device
-bytes of one run of one method (one compiled round of `experiment.runner`):
+bytes of one run of one method (one compiled round, `runner.step.round_step`):
 
 - state (exact, from `jax.eval_shape` of `alg.init`): the slots' parameters, their optimizer
   state and the algorithm's own state (pFedWN's `pi`, `pi_trace`, EM pairs, ...);
