@@ -59,7 +59,12 @@ def client_permutation(key: jax.Array, count: jax.Array, max_samples: int) -> ja
 
 
 def epoch_indices(
-    key: jax.Array, count: jax.Array, max_samples: int, batch_size: int, num_steps: int
+    key: jax.Array,
+    count: jax.Array,
+    max_samples: int,
+    batch_size: int,
+    num_steps: int,
+    ids: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Batch indices for one epoch of every client.
 
@@ -70,6 +75,8 @@ def epoch_indices(
       max_samples: static padded length of the client axis of the data.
       batch_size: static batch size.
       num_steps: static steps per epoch (usually `steps_per_epoch(max(count), batch_size)`).
+      ids: `[clients]` int, the number each client's order is keyed with (default `n`, its
+        row: `fold_in(key, ids[n])`).
 
     Returns:
       idx: `[clients, num_steps, batch_size]` int32 sample indices into each client's arrays.
@@ -77,7 +84,8 @@ def epoch_indices(
     """
     clients = count.shape[0]
     total = num_steps * batch_size
-    keys = jax.vmap(lambda n: jax.random.fold_in(key, n))(jnp.arange(clients))
+    ids = jnp.arange(clients, dtype=jnp.int32) if ids is None else ids
+    keys = jax.vmap(lambda n: jax.random.fold_in(key, n))(ids)
     perm = jax.vmap(client_permutation, in_axes=(0, 0, None))(keys, count, max_samples)
     if total > max_samples:
         perm = jnp.pad(perm, ((0, 0), (0, total - max_samples)))

@@ -22,6 +22,7 @@ def slot_batches(
     epochs: int = 1,
     steps_per_epoch: int = 1,
     num_steps: int | None = None,
+    ids: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Sample indices of every slot's minibatches.
 
@@ -37,16 +38,21 @@ def slot_batches(
       num_steps: steps mode (overrides epochs): every slot takes `num_steps` steps, step k on
         B samples drawn without replacement from its real samples by `fold_in(key_s, k)`
         (all of them, masked to B, when it has fewer than B).
+      ids: `[S]` int, the number each slot's draws are keyed with (default `0 .. S - 1`): a
+        slot's schedule depends on `key`, its id and its count only, so a subset of slots
+        given their ids draws what they draw among all.
 
     Returns:
       idx: `[S, T, B]` int32 indices into the slot's data client's samples.
       valid: `[S, T, B]` bool, False on padded slots and masked steps.
     """
     check_rank("count", count, 1, "[S]")
+    if ids is None:
+        ids = jnp.arange(count.shape[0], dtype=jnp.int32)
     if num_steps is None:
         parts = [
             epoch_indices(
-                jax.random.fold_in(key, e), count, max_samples, batch_size, steps_per_epoch
+                jax.random.fold_in(key, e), count, max_samples, batch_size, steps_per_epoch, ids
             )
             for e in range(epochs)
         ]
@@ -70,4 +76,4 @@ def slot_batches(
             idx, valid = jnp.pad(idx, pad), jnp.pad(valid, pad)
         return idx, valid
 
-    return jax.vmap(one_slot)(jnp.arange(count.shape[0]), count)
+    return jax.vmap(one_slot)(ids, count)

@@ -18,6 +18,22 @@ from pfedwn_jax.models import Model, check_model_fits
 
 # Samples evaluated at once (pairs x samples per pair) when no chunk_size is given.
 _EVAL_SAMPLES_PER_CHUNK = 8192
+# Bytes of the models one chunk gathers (pairs x one model's parameters), likewise.
+_EVAL_MODEL_BYTES = 64 * 2**20
+
+
+def eval_chunk(max_samples: int, model_bytes: int) -> int:
+    """Pairs `cross_evaluate` evaluates at once by default: about `_EVAL_SAMPLES_PER_CHUNK`
+    samples (`max_samples` padded samples per pair) and at most `_EVAL_MODEL_BYTES` of
+    gathered models (`model_bytes` per pair's model), at least one pair."""
+    by_samples = _EVAL_SAMPLES_PER_CHUNK // max(max_samples, 1)
+    return max(1, min(by_samples, _EVAL_MODEL_BYTES // max(model_bytes, 1)))
+
+
+def slot_bytes(params: Any) -> int:
+    """Bytes of one slot's model in stacked `params` (leaves `[S, ...]`)."""
+    leaves = jax.tree.leaves(params)
+    return sum(int(np.prod(np.shape(a)[1:])) * np.dtype(a.dtype).itemsize for a in leaves)
 
 
 def cross_evaluate(
@@ -36,7 +52,8 @@ def cross_evaluate(
       data: a `ClientData` split (usually train for EM responsibilities, test for metrics).
       model_slot: `[P]` int in [0, S).
       data_client: `[P]` int in [0, clients).
-      chunk_size: pairs evaluated at once (default: about 8192 samples per chunk).
+      chunk_size: pairs evaluated at once (default `eval_chunk`: about 8192 samples and at
+        most 64 MiB of models per chunk).
 
     Returns:
       `{"loss": [P, M] float32 cross-entropy, "correct": [P, M] float32 (1.0 if the arg-max is
@@ -50,7 +67,7 @@ def cross_evaluate(
     check_range("model_slot", model_slot, 0, num_slots - 1)
     num_pairs = int(np.shape(data_client)[0])
     if chunk_size is None:
-        chunk_size = max(1, _EVAL_SAMPLES_PER_CHUNK // max(data.max_samples, 1))
+        chunk_size = eval_chunk(data.max_samples, slot_bytes(params))
     chunk_size = min(check_int("chunk_size", chunk_size, 1), max(num_pairs, 1))
     return _cross_evaluate(
         model,

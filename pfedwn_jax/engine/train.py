@@ -167,6 +167,7 @@ def local_train(
     aux: Any = None,
     sample_weight: Any = None,
     active: Any = None,
+    slot_ids: Any = None,
     strategy: str = "auto",
     chunk_size: int | None = None,
     shards: int | None = None,
@@ -190,6 +191,10 @@ def local_train(
       aux: pytree with leading axis S, slot s's `aux_s` (e.g. FedProx anchors).
       sample_weight: `[S, M]` per-sample weights of each slot's data (default 1).
       active: `[S]` bool; inactive slots are returned unchanged (bit for bit).
+      slot_ids: `[S]` int, the number each slot's randomness is keyed with (default `0 ..
+        S - 1`, its row): its minibatch order (`slot_batches`) and its `grad_fn` key. Slots
+        trained in several calls (e.g. chunks of a larger set) given their ids in the whole
+        set train exactly as they would in one call.
       strategy, chunk_size: slot execution strategy (see `engine.strategy`).
       shards: split the slots into this many contiguous blocks, one per device, trained in
         parallel (see `engine.sharding`); None: every device of the default backend.
@@ -200,6 +205,8 @@ def local_train(
       "steps": [S] int32 number of optimizer steps taken})`.
     """
     _check_train_inputs(model, state, data, data_client, aux, sample_weight, active)
+    if slot_ids is not None:
+        check_shape("slot_ids", slot_ids, (state.num_slots,), "[S]")
     batch_size = check_int("batch_size", batch_size, 1)
     epochs = check_int("epochs", epochs, 1)
     if num_steps is not None:
@@ -221,6 +228,7 @@ def local_train(
         aux,
         sample_weight,
         active,
+        None if slot_ids is None else jnp.asarray(slot_ids, jnp.int32),
         batch_size=batch_size,
         epochs=epochs,
         steps_per_epoch=_static_steps_per_epoch(data, data_client, active, batch_size),
@@ -249,6 +257,7 @@ def _train_impl(
     aux: Any,
     sample_weight: jax.Array | None,
     active: jax.Array | None,
+    slot_ids: jax.Array | None,
     *,
     batch_size: int,
     epochs: int,
@@ -269,6 +278,8 @@ def _train_impl(
     if active is not None:
         count = jnp.where(jnp.asarray(active, bool), count, 0)
     batch_key, grad_key = jax.random.split(key)
+    if slot_ids is None:
+        slot_ids = jnp.arange(num_slots, dtype=jnp.int32)
     idx, valid = slot_batches(
         batch_key,
         count,
@@ -277,8 +288,8 @@ def _train_impl(
         epochs=epochs,
         steps_per_epoch=steps_per_epoch,
         num_steps=num_steps,
+        ids=slot_ids,
     )
-    slot_ids = jnp.arange(num_slots, dtype=jnp.int32)
     slot_keys = jax.vmap(jax.random.fold_in, (None, 0))(grad_key, slot_ids)
     slots = _Slots(
         state.params, state.opt_state, data_client, idx, valid, sample_weight, aux, slot_keys, ()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import math
 from typing import Any
 
 import jax
@@ -54,14 +56,85 @@ def check_neighbors(neighbors: Any, num_slots: int, name: str = "neighbors") -> 
     check_range(name, neighbors, 0, num_slots - 1)
 
 
-def mix_sparse(params: PyTree, neighbors: Any, weights: Any, *, shards: int | None = 1) -> PyTree:
+#: Elements of one block of the per-link work: `mix_sparse`'s column block of a leaf
+#: (`[S, columns]`) and a row chunk of `neighbor_sq_dist` (`[rows, parameters]`): 16 MiB of
+#: float32, so the working set stays a small fraction of the models however many slots.
+BLOCK_ELEMENTS = 1 << 22
+
+
+def block_size(total: int, per_item: int, elements: int | None = None) -> int:
+    """Items per block of `total` items of `per_item` elements each, so a block holds about
+    `elements` (default `BLOCK_ELEMENTS`): at least 1, at most `total`."""
+    elements = BLOCK_ELEMENTS if elements is None else check_int("elements", elements, 1)
+    return max(1, min(total, elements // max(per_item, 1)))
+
+
+def chunked_rows(fn: Any, num_rows: int, chunk: int) -> Any:
+    """`fn(rows [C] int32, real [C] bool) -> pytree [C, ...]` over every chunk of `chunk` rows
+    of `0 .. num_rows - 1`, one chunk at a time (`lax.map`), stacked to `[num_rows, ...]`.
+
+    The last chunk is padded by repeating row `num_rows - 1` with `real` False (its results
+    are dropped), so a chunk always has `C = min(chunk, num_rows)` rows. With one chunk `fn`
+    runs once on every row, without a loop.
+    """
+    num_rows, chunk = check_int("num_rows", num_rows, 1), check_int("chunk", chunk, 1)
+    chunk = min(chunk, num_rows)
+    blocks = -(-num_rows // chunk)
+    index = jnp.arange(blocks * chunk, dtype=jnp.int32)
+    rows, real = jnp.minimum(index, num_rows - 1), index < num_rows
+    if blocks == 1:
+        return fn(rows, real)
+    out = jax.lax.map(lambda a: fn(*a), (rows.reshape(blocks, chunk), real.reshape(blocks, chunk)))
+    return jax.tree.map(lambda a: a.reshape(blocks * chunk, *a.shape[2:])[:num_rows], out)
+
+
+def by_columns(fn: Any, a: jax.Array, rows_out: int, columns: int) -> jax.Array:
+    """`fn` applied to every block of `columns` columns of `a [S, D]`: `fn(block [S, c]) ->
+    [rows_out, c]` for a column-wise map (column j of the result depends on column j of `a`
+    only), assembled to `[rows_out, D]`.
+
+    One loop over `ceil(D / columns)` blocks of `columns` columns each; the last block is
+    shifted back to end at column D and keeps the columns its predecessor wrote. With
+    `rows_out == S` the loop carries `a` and writes each block over it (XLA updates it in
+    place where `a` is not used afterwards): the working set is one block, not a second
+    `[S, D]` array. Otherwise it fills a fresh `[rows_out, D]` array.
+    """
+    s, d = a.shape
+    if columns >= d:
+        return fn(a)
+    src = lambda x, lo: jax.lax.dynamic_slice_in_dim(x, lo, columns, axis=1)
+    in_place = rows_out == s
+
+    def body(b: jax.Array, out: jax.Array) -> jax.Array:
+        start = b * columns
+        lo = jnp.minimum(start, d - columns)
+        new = fn(src(out if in_place else a, lo))
+        done = (lo + jnp.arange(columns)) < start  # written by the previous block already
+        new = jnp.where(done[None, :], src(out, lo), new)
+        return jax.lax.dynamic_update_slice_in_dim(out, new, lo, axis=1)
+
+    init = a if in_place else jnp.zeros((rows_out, d), a.dtype)
+    return jax.lax.fori_loop(0, -(-d // columns), body, init)
+
+
+def mix_sparse(
+    params: PyTree,
+    neighbors: Any,
+    weights: Any,
+    *,
+    shards: int | None = 1,
+    columns: int | None = None,
+) -> PyTree:
     """Mix slot models along neighbor lists: `out_s = sum_k w[s, k] params[neighbors[s, k]]`.
 
     The sparse form of `mix` (O(S K P) instead of O(S^2 P)), i.e.
-    `einsum("sk,sk...->s...", weights, leaf[neighbors])` per leaf, computed as a loop over the
-    K columns, each a gather of `[S, ...]` accumulated in float32 (the `[S, K, ...]` block is
-    never built: memory O(S P), and faster than the einsum on a CPU, where it is
-    memory-bound).
+    `einsum("sk,sk...->s...", weights, leaf[neighbors])` per leaf, computed one block of
+    columns of each leaf at a time (`by_columns`; mixing is a map over the parameters), and in
+    each block as a loop over the K columns, each a gather of `[S, block]` accumulated in
+    float32 in the order k = 0, 1, ... (the `[S, K, ...]` block is never built). Where the
+    output has the rows of `params` (`S_out = S`) and `params` is not used afterwards, XLA
+    writes the result over `params`: the working set is one block (about `BLOCK_ELEMENTS`),
+    not a second copy of the models. The result does not depend on `columns`.
 
     Args:
       params: pytree, leaves `[S, ...]`.
@@ -69,41 +142,48 @@ def mix_sparse(params: PyTree, neighbors: Any, weights: Any, *, shards: int | No
         anywhere, e.g. the row's own slot, with weight 0).
       weights: `[S_out, K]` weights (row-stochastic for averaging; 0 on padding).
       shards: the slots' split over devices (`engine.sharding`; algorithms pass
-        `ctx.shards`). Above 1, each leaf is gathered to every device once and the result
-        constrained to the slot split, so each device computes only its own rows (left to
-        itself, XLA re-gathered the operand for every column: 6x slower, 3x the memory).
+        `ctx.shards`). Above 1, each block is gathered to every device once and the result
+        constrained to the slot split, so each device computes only its own rows.
+      columns: columns of a leaf mixed at once (None: `block_size(D, S)`).
 
     Returns: pytree with leaves `[S_out, ...]`, in the leaves' dtype.
     """
     neighbors = jnp.asarray(neighbors)
     weights = jnp.asarray(weights)
     shards = resolve_shards(shards, neighbors.shape[0]) if neighbors.ndim == 2 else 1
-    check_tree_leading("params", params, num_slots_of(params))
-    check_neighbors(neighbors, num_slots_of(params))
+    num_slots = num_slots_of(params)
+    check_tree_leading("params", params, num_slots)
+    check_neighbors(neighbors, num_slots)
     check_rank("weights", weights, 2, "[S, K]")
     if weights.shape != neighbors.shape:
         raise ValueError(
             f"weights must have the shape of neighbors {neighbors.shape}; got {weights.shape}"
         )
+    s_out = neighbors.shape[0]
+    mesh = slot_mesh(shards) if shards > 1 else None
 
-    def leaf(a: jax.Array) -> jax.Array:
-        dtype = jnp.result_type(a.dtype, jnp.float32)
-        w = weights.astype(dtype).reshape(weights.shape + (1,) * (a.ndim - 1))
+    def block(a: jax.Array, dtype: Any) -> jax.Array:  # [S, c] -> [S_out, c]
+        if mesh is not None:
+            a = jax.lax.with_sharding_constraint(a, NamedSharding(mesh, P()))
+        w = weights.astype(dtype)
 
         def term(k: int | jax.Array) -> jax.Array:
-            return w[:, k] * jnp.take(a, neighbors[:, k], axis=0).astype(dtype)
+            return w[:, k, None] * jnp.take(a, neighbors[:, k], axis=0).astype(dtype)
 
-        # one gathered [S, ...] at a time (a loop, not K unrolled gathers the scheduler may
-        # keep alive together: with slots sharded over devices each would be replicated)
+        # one gathered [S_out, c] at a time (a loop, not K unrolled gathers kept alive together)
         out = jax.lax.fori_loop(1, neighbors.shape[1], lambda k, acc: acc + term(k), term(0))
-        return out.astype(a.dtype)
+        return constrain_slots(out.astype(a.dtype), s_out, shards)
 
-    if shards == 1:
-        return jax.tree.map(leaf, params)
-    mesh = slot_mesh(shards)
-    everywhere = lambda a: jax.lax.with_sharding_constraint(a, NamedSharding(mesh, P()))
-    out = jax.tree.map(leaf, jax.tree.map(everywhere, params))
-    return constrain_slots(out, neighbors.shape[0], shards)
+    def leaf(a: jax.Array) -> jax.Array:
+        flat = a.reshape(num_slots, -1)
+        dtype = jnp.result_type(a.dtype, jnp.float32)
+        cols = block_size(flat.shape[1], num_slots) if columns is None else columns
+        cols = check_int("columns", cols, 1)
+        out = by_columns(lambda b: block(b, dtype), flat, s_out, cols)
+        return out.reshape((s_out, *a.shape[1:]))
+
+    out = jax.tree.map(leaf, params)
+    return out if shards == 1 else constrain_slots(out, s_out, shards)
 
 
 def flatten_slots(params: PyTree) -> jax.Array:
@@ -113,6 +193,18 @@ def flatten_slots(params: PyTree) -> jax.Array:
     return jnp.concatenate([a.reshape(a.shape[0], -1) for a in leaves], axis=1)
 
 
+def _row_sq_dist(a: jax.Array, b: jax.Array) -> jax.Array:
+    """`[R]` float32 `sum ((a - b)^2)` over each row of the pytrees `a`, `b` (leaves `[R, ...]`):
+    from explicit differences, leaf by leaf, the leaves' sums added in leaf order."""
+    sums = [
+        jnp.sum(
+            jnp.square(x.astype(jnp.float32) - y.astype(jnp.float32)).reshape(x.shape[0], -1), 1
+        )
+        for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)
+    ]
+    return functools.reduce(jnp.add, sums)
+
+
 def sq_dist(params: PyTree) -> jax.Array:
     """Pairwise squared Euclidean distances between slot models: `[S, S]` float32.
 
@@ -120,35 +212,57 @@ def sq_dist(params: PyTree) -> jax.Array:
     nearly equal models such as right after averaging), one row at a time (`lax.map`) so the
     memory is `S x total_params`. Exactly symmetric with a zero diagonal.
     """
-    v = flatten_slots(params).astype(jnp.float32)
-    return jax.lax.map(lambda row: jnp.sum(jnp.square(v - row), axis=1), v)
+    s = num_slots_of(params)
+    check_tree_leading("params", params, s)
+
+    def row(i: jax.Array) -> jax.Array:
+        one = jax.tree.map(lambda a: jnp.broadcast_to(a[i], a.shape), params)
+        return _row_sq_dist(params, one)
+
+    return jax.lax.map(row, jnp.arange(s))
 
 
-def neighbor_sq_dist(params: PyTree, neighbors: Any, *, shards: int | None = 1) -> jax.Array:
+def neighbor_sq_dist(
+    params: PyTree,
+    neighbors: Any,
+    *,
+    pool: PyTree = None,
+    shards: int | None = 1,
+    chunk: int | None = None,
+) -> jax.Array:
     """Squared Euclidean distances to the listed neighbors: `d[s, k] = ||w_s - w_{nbr[s, k]}||^2`.
 
-    The sparse form of `sq_dist` (`[S, K]` float32 instead of `[S, S]`), from explicit
-    differences as there, one column at a time (a gather of `[S, P]` per column, never the
-    `[S, K, P]` block). `neighbors [S, K]` int slot indices into `params` (leaves `[S, ...]`);
-    `shards` as in `mix_sparse` (the flat models gathered to every device once).
+    The sparse form of `sq_dist` (`[S, K]` float32 instead of `[S, S]`, the same numbers),
+    over chunks of `chunk` target rows (`chunked_rows`; None: `block_size(S, P)` rows, about
+    `BLOCK_ELEMENTS` parameters), in each chunk one column `k` at a time: a gather of `[C, P]`,
+    never the `[S, K, P]` block nor a flat copy of the models. The result does not depend on
+    `chunk` (at least 2 rows: XLA:CPU reduces a one-row block in another order, 1 ulp).
+    `params` leaves `[S, ...]`; `neighbors [S, K]` int indices into `pool` (default
+    `params`; e.g. `concat(params, stale copies)`, leaves `[S', ...]`); `shards` as in
+    `mix_sparse` (the pool gathered to every device once).
     """
-    v = flatten_slots(params).astype(jnp.float32)
+    s = num_slots_of(params)
+    check_tree_leading("params", params, s)
+    pool = params if pool is None else pool
+    check_tree_leading("pool", pool, num_slots_of(pool))
     neighbors = jnp.asarray(neighbors)
-    check_neighbors(neighbors, v.shape[0])
-    if neighbors.shape[0] != v.shape[0]:
-        raise ValueError(
-            f"neighbors must have one row per slot ({v.shape[0]}); got {neighbors.shape}"
-        )
-    shards = resolve_shards(shards, v.shape[0])
-    everywhere = v
+    check_neighbors(neighbors, num_slots_of(pool))
+    if neighbors.shape[0] != s:
+        raise ValueError(f"neighbors must have one row per slot ({s}); got {neighbors.shape}")
+    shards = resolve_shards(shards, s)
     if shards > 1:
-        everywhere = jax.lax.with_sharding_constraint(v, NamedSharding(slot_mesh(shards), P()))
+        everywhere = NamedSharding(slot_mesh(shards), P())
+        pool = jax.tree.map(lambda a: jax.lax.with_sharding_constraint(a, everywhere), pool)
+    size = sum(math.prod(a.shape[1:]) for a in jax.tree.leaves(params))
+    chunk = block_size(s, size) if chunk is None else check_int("chunk", chunk, 1)
+    chunk = max(chunk, min(s, 2))  # XLA:CPU sums a [1, P] block in another order (last bit)
 
-    def column(k: jax.Array) -> jax.Array:
-        return jnp.sum(jnp.square(jnp.take(everywhere, neighbors[:, k], axis=0) - v), axis=1)
+    def rows_of(rows: jax.Array, real: jax.Array) -> jax.Array:  # [C] -> [C, K]
+        own = take_slots(params, rows)
+        column = lambda k: _row_sq_dist(take_slots(pool, neighbors[rows, k]), own)
+        return jax.lax.map(column, jnp.arange(neighbors.shape[1])).T
 
-    cols = jax.lax.map(column, jnp.arange(neighbors.shape[1]))  # [K, S]
-    return cols.T
+    return constrain_slots(chunked_rows(rows_of, s, chunk), s, shards)
 
 
 def where_slots(mask: jax.Array, a: PyTree, b: PyTree) -> PyTree:

@@ -31,7 +31,9 @@ def slot_finite(params: Any, losses: list[jax.Array]) -> jax.Array:
     and within `LOSS_BOUND`. Jittable."""
     ok = None
     for leaf in jax.tree_util.tree_leaves(params):
-        leaf_ok = jnp.isfinite(leaf).reshape(leaf.shape[0], -1).all(axis=1)
+        # 0 * x is 0 for a finite x and NaN otherwise: one fused reduction, no [S, ...] mask
+        zeros = (leaf.reshape(leaf.shape[0], -1) * 0).astype(jnp.float32)
+        leaf_ok = jnp.isfinite(jnp.sum(zeros, axis=1))
         ok = leaf_ok if ok is None else ok & leaf_ok
     for loss in losses:
         loss_ok = jnp.isfinite(loss) & (jnp.abs(loss) <= LOSS_BOUND)
