@@ -395,7 +395,7 @@ def test_pfedwn_mix_components_mixes_the_fine_tuned_components_when_em_runs():
     written out per (target, neighbor) pair here, then local training; without M-step 2 the
     components are the received models, so the option changes nothing."""
     from pfedwn_jax.algorithms.common import local_update
-    from pfedwn_jax.algorithms.pfedwn import _estimate
+    from pfedwn_jax.algorithms.pfedwn import em_components, estimate_pi, weighed
 
     ctx = make_ctx([[0, 1, 2, 3], [0, 1], [2, 3], [0, 1]])
     on = {"mix_components": True, "em_steps": 1, "a": 0.3}
@@ -406,21 +406,20 @@ def test_pfedwn_mix_components_mixes_the_fine_tuned_components_when_em_runs():
     hp = make_hparams(get_algorithm("pfedwn"), on)
     params = warm.clients.params
     em_key = jax.random.fold_in(key, 0x5EED)
-    pi, _, comps = jax.jit(lambda p: _estimate(p, em_key, ctx, hp, None))(params)
-    pairs = em_pairs(ctx)
-    received = jax.tree.map(lambda a: a[pairs.neighbor], params)
+    pi, _ = jax.jit(lambda p: estimate_pi(p, em_key, ctx, hp))(params)
+    comps = jax.jit(lambda p: em_components(p, em_key, ctx, hp))(params)  # [S, K - 1, ...]
+    received = jax.tree.map(lambda a: a[np.asarray(ctx.neighbors)[:, 1:]], params)
     assert max(np.abs(a - b).max() for a, b in zip(leaves(comps), leaves(received),
                strict=True)) > 1e-4  # fmt: skip  # M-step 2 moved the components
-    real = [(p, int(pairs.slot[p]), int(pairs.col[p])) for p in range(len(pairs.valid))
-            if pairs.valid[p]]  # fmt: skip
+    real = [(i, k) for i, k in zip(*np.nonzero(np.asarray(weighed(ctx))), strict=True)]
 
     def eq5(w, c):
         w, c = np.asarray(w, np.float64), np.asarray(c, np.float64)
         out = w.copy()
-        for i in {i for _, i, _ in real}:
+        for i in {i for i, _ in real}:
             out[i] = 0.3 * w[i]
-        for p, i, k in real:
-            out[i] += 0.7 * float(pi[i, k]) * c[p]
+        for i, k in real:
+            out[i] += 0.7 * float(pi[i, k]) * c[i, k - 1]
         return out.astype(np.float32)
 
     mixed = jax.tree.map(eq5, params, comps)

@@ -31,7 +31,6 @@ from pfedwn_jax.engine import (
     mix_sparse,
     neighbor_sq_dist,
 )
-from pfedwn_jax.engine.tree import flatten_slots
 
 
 def check_square(name: str, x: Any) -> int:
@@ -100,6 +99,7 @@ def local_update(
     aux: Any = None,
     sample_weight: Any = None,
     active: Any = None,
+    slot_ids: Any = None,
 ) -> tuple[ClientState, dict[str, jax.Array]]:
     """The engine's ``local_train`` of ``clients [P, ...]`` with the context's model and data.
 
@@ -109,6 +109,8 @@ def local_update(
       epochs, num_steps: the schedule; by default the context's (``ctx.num_steps`` steps if
         set, else ``ctx.local_epochs`` epochs). At most one of them may be given.
       loss_fn, grad_fn, aux, sample_weight, active: the update rule (see ``local_train``).
+      slot_ids: ``[P]`` the numbers the models' randomness is keyed with (``local_train``;
+        default ``0 .. P - 1``): a chunk of a larger set gives its models' ids in the set.
 
     Returns ``(ClientState [P, ...], {"loss": [P], "steps": [P]})``.
     """
@@ -132,6 +134,7 @@ def local_update(
         aux=aux,
         sample_weight=sample_weight,
         active=active,
+        slot_ids=slot_ids,
         shards=ctx.shards,
     )
 
@@ -221,19 +224,17 @@ def append_slots(params: Any, extra: Any) -> Any:
 
 
 def neighbor_distances(
-    params: Any, pool: Any, index: jax.Array, *, shards: int | None = 1
+    params: Any,
+    pool: Any,
+    index: jax.Array,
+    *,
+    shards: int | None = 1,
+    chunk: int | None = None,
 ) -> jax.Array:
     """``[S, K]`` float32 ``||params[s] - pool[index[s, k]]||^2`` (``neighbor_models``'
-    pool); the engine's ``neighbor_sq_dist`` when the pool is ``params`` itself."""
-    if pool is params:
-        return neighbor_sq_dist(params, index, shards=shards)
-    v = flatten_slots(params).astype(jnp.float32)
-    w = flatten_slots(pool).astype(jnp.float32)
-
-    def column(k: jax.Array) -> jax.Array:
-        return jnp.sum(jnp.square(jnp.take(w, index[:, k], axis=0) - v), axis=1)
-
-    return jax.lax.map(column, jnp.arange(index.shape[1])).T
+    pool): the engine's ``neighbor_sq_dist``, over chunks of ``chunk`` targets (None: the
+    engine's ``block_size``); the result does not depend on the chunk."""
+    return neighbor_sq_dist(params, index, pool=pool, shards=shards, chunk=chunk)
 
 
 def average_in_groups(clients: ClientState, ctx: RoundContext) -> ClientState:

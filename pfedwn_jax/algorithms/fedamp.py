@@ -47,7 +47,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pfedwn_jax._checks import check_bool, check_choice, check_float, set_fields
+from pfedwn_jax._checks import (
+    INT32_MAX,
+    check_bool,
+    check_choice,
+    check_float,
+    check_int,
+    set_fields,
+)
 from pfedwn_jax.algorithms.base import (
     Algorithm,
     RoundContext,
@@ -97,6 +104,10 @@ class FedAMPHParams:
       detach_attention: True (default; the paper's alternating steps, PFLlib): ``u_i`` is fixed
         at the round start, no gradient through the attention weights. False: ``u_i(w)``
         follows the live model and the proximal term is differentiated through it.
+      chunk: targets whose distances ``d_ij`` are computed at once (each chunk gathers its
+        targets' neighbor models one list column at a time, ``chunk x P`` floats); 0
+        (default): about ``engine.tree.BLOCK_ELEMENTS`` parameters per chunk. Results do not
+        depend on it (tested bit for bit on the CPU).
     """
 
     alpha_k: float = 1.0
@@ -105,6 +116,7 @@ class FedAMPHParams:
     sigma_mode: str = static("fixed")
     sigma_scale: float = 1.0
     detach_attention: bool = static(True)
+    chunk: int = static(0)
 
     def __post_init__(self) -> None:
         set_fields(
@@ -117,6 +129,7 @@ class FedAMPHParams:
                 "hparams.fedamp.sigma_scale", self.sigma_scale, 0.0, low_inclusive=False
             ),
             detach_attention=check_bool("hparams.fedamp.detach_attention", self.detach_attention),
+            chunk=check_int("hparams.fedamp.chunk", self.chunk, 0, INT32_MAX),
         )
 
 
@@ -183,9 +196,11 @@ def round_sigma(sq_dists: jax.Array, neighbor_mask: jax.Array, hp: FedAMPHParams
 
 
 def cloud_models(params: Any, ctx: RoundContext, hp: FedAMPHParams) -> Any:
-    """``u [S, ...]``: every slot's personalised cloud model (along its neighbor list)."""
+    """``u [S, ...]``: every slot's personalised cloud model (along its neighbor list): the
+    distances over chunks of targets, the weights ``[S, K]``, the mix a block of parameters
+    at a time (``mix_sparse``): ``u`` and the models are the only ``[S, P]`` arrays."""
     pool, index = neighbor_models(params, ctx)
-    d = neighbor_distances(params, pool, index, shards=ctx.shards)  # [S, K]
+    d = neighbor_distances(params, pool, index, shards=ctx.shards, chunk=hp.chunk or None)
     xi = attention_weights(d, ctx.neighbor_mask, hp.alpha_k, round_sigma(d, ctx.neighbor_mask, hp))
     return mix_sparse(pool, index, xi, shards=ctx.shards)
 
@@ -219,7 +234,7 @@ def _round(
         loss_fn = proximal_loss(base, hp.lam / hp.alpha_k)
     else:
         pool, index = neighbor_models(params, ctx)
-        d = neighbor_distances(params, pool, index, shards=ctx.shards)  # [S, K]
+        d = neighbor_distances(params, pool, index, shards=ctx.shards, chunk=hp.chunk or None)
         sigma = jnp.broadcast_to(round_sigma(d, ctx.neighbor_mask, hp), (ctx.num_slots,))
         received = jax.tree.map(lambda a: a[index], pool)  # [S, K, ...]
         aux, loss_fn = (received, ctx.neighbor_mask, sigma), attentive_loss(base, hp)

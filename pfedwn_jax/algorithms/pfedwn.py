@@ -15,9 +15,17 @@ same round; with the shared initial model the two orders differ by that one-roun
 
 The weights ``pi[i, :]`` come from EM (Alg. 1, App. B) on target ``i``'s training data, with
 the received neighbor models as the mixture components. The components are the list entries
-``(i, k)``, ``k >= 1``, with ``neighbor_mask`` True on a target row: a fixed ``S (K - 1)``
-pairs, the real ones first (row-major), the rest masked (they take no training step); the
-responsibilities are ``[S, K, n]`` per target's own ``n`` samples.
+``(i, k)``, ``k >= 1``, with ``neighbor_mask`` True on a target row (the others are masked
+and take no training step); the responsibilities are ``[S, K - 1, n]`` per target's own
+``n`` samples. Each real entry is an EM pair (``em_pairs``: the real ones numbered first,
+row-major), whose number keys its M-step-2 minibatch order.
+
+Memory: the per-target work (cross-evaluation of the components, E-step, M-steps) runs over
+chunks of ``chunk`` targets (``em_chunk``; ``engine.chunked_rows``), so a round holds one
+copy of the network's models plus one chunk's ``chunk x (K - 1)`` components, never the
+``S (K - 1)`` of every entry; the received models are read from the pool where they lie
+(``cross_evaluate`` gathers its own small batches). Eq. 5 mixes in place, a block of
+parameters at a time (``mix_sparse``). Results do not depend on the chunk.
 
 - schedule: no aggregation during ``warmup_rounds`` rounds of local training (EM on untrained
   models would see identical losses); at round ``warmup_rounds`` pi is estimated; then frozen
@@ -73,9 +81,13 @@ from pfedwn_jax.algorithms.common import (
 )
 from pfedwn_jax.em import estimate_weights, m_step, responsibilities
 from pfedwn_jax.engine import ClientState, cross_evaluate, mix_sparse, take_slots
+from pfedwn_jax.engine.evaluate import slot_bytes
+from pfedwn_jax.engine.tree import block_size, chunked_rows
 
 #: Which models EM's E-step evaluates (``PFedWNHParams.pi_from``).
 PI_FROM = ("received", "components")
+#: Bytes of one chunk's working copies when ``PFedWNHParams.chunk`` is 0 (``em_chunk``).
+CHUNK_BYTES = 256 * 2**20
 
 
 @hparams
@@ -108,6 +120,11 @@ class PFedWNHParams:
         ours on evidence, docs/algorithms.md: pi then follows whose data explains the
         target's) or ``"components"`` (App. B's loop read literally: the components after
         M-step 2, fine-tuned on the target's own data).
+      chunk: targets whose EM runs at once (cross-evaluation, E-step, M-steps: each chunk
+        holds its targets' ``K - 1`` components), the rest one chunk after another; 0
+        (default) picks the most whose working copies fit ``CHUNK_BYTES`` (``em_chunk``;
+        the memory plan counts them). Results do not depend on it (tested bit for bit on
+        the CPU); it trades memory for fewer, larger steps (an accelerator likes large).
     """
 
     a: float = 0.5
@@ -121,6 +138,7 @@ class PFedWNHParams:
     component_epochs: int = static(1)
     mix_components: bool = static(False)
     pi_from: str = static("received")
+    chunk: int = static(0)
 
     def __post_init__(self) -> None:
         name = "hparams.pfedwn."
@@ -139,6 +157,7 @@ class PFedWNHParams:
             ),
             mix_components=check_bool(name + "mix_components", self.mix_components),
             pi_from=check_choice(name + "pi_from", self.pi_from, PI_FROM),
+            chunk=check_int(name + "chunk", self.chunk, 0, INT32_MAX),
         )
 
 
@@ -202,11 +221,6 @@ def em_pairs(ctx: RoundContext) -> EMPairs:
     return EMPairs(slot, col, ctx.neighbors[slot, col], valid[order], inverse)
 
 
-def _per_entry(values: jax.Array, pairs: EMPairs, s: int) -> jax.Array:
-    """Per-pair rows ``[P, N]`` back to the neighbor columns ``[S, K - 1, N]`` (a gather)."""
-    return values[pairs.inverse].reshape(s, -1, values.shape[-1])
-
-
 def _with_self_column(pi: jax.Array) -> jax.Array:
     """``[..., S, K - 1]`` weights over the neighbor columns -> ``[..., S, K]`` (column 0 = 0)."""
     pad = [(0, 0)] * (pi.ndim - 1) + [(1, 0)]
@@ -239,6 +253,26 @@ def aggregation_matrix(pi: jax.Array, a: float | jax.Array, apply: jax.Array) ->
     return jnp.where(has[:, None], mixed, eye)
 
 
+def em_chunk(params: Any, ctx: RoundContext, hp: PFedWNHParams) -> int:
+    """Targets per chunk of the EM (static): ``hp.chunk``, or (0) as many as keep one chunk's
+    working copies under ``CHUNK_BYTES``: its ``K - 1`` components per target with optimizer
+    state where M-step 2 trains them (or the E-step evaluates them), else its losses,
+    responsibilities and masks ``3 x [K - 1, N]`` float32 (the received models are read from
+    the pool in ``cross_evaluate``'s own chunks). At most S."""
+    s, k = ctx.neighbors.shape
+    if hp.chunk:
+        return min(hp.chunk, s)
+    if hp.component_updates and (hp.mix_components or hp.pi_from != "received"):
+        one = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), params)
+        opt = jax.eval_shape(ctx.tx.init, one)
+        per_model = slot_bytes(params) + sum(
+            a.size * a.dtype.itemsize for a in jax.tree.leaves(opt)
+        )
+    else:
+        per_model = 3 * 4 * int(ctx.train.y.shape[1])
+    return block_size(s, (k - 1) * per_model, CHUNK_BYTES)
+
+
 def estimate_pi(
     params: Any,
     key: jax.Array,
@@ -249,39 +283,74 @@ def estimate_pi(
     """EM estimate of pi from the slots' current models (see the module docstring).
 
     ``received``: ``neighbor_models(params, ctx)``, where the components come from (stale
-    links: a failed link's cached copy); default ``(params, ctx.neighbors)``.
+    links: a failed link's cached copy); default ``(params, ctx.neighbors)``. The per-target
+    work (cross-evaluation, E-step, M-steps) runs over chunks of ``em_chunk`` targets
+    (``chunked_rows``); the refinement with fixed models then runs on every target's
+    ``[S, K - 1, N]`` losses at once. The result does not depend on the chunk.
 
     Returns ``(pi [S, K], trace [em_steps + 2, S, K])`` (prior, each outer step, final).
     """
-    pi, trace, _ = _estimate(params, key, ctx, hp, received)
-    return pi, trace
+    s = ctx.num_slots
+    received = (params, ctx.neighbors) if received is None else received
+    train = hp.component_updates and hp.pi_from != "received"  # pi needs the trained ones
+
+    def chunk(rows: jax.Array, real: jax.Array) -> tuple[jax.Array, jax.Array]:
+        trace, losses, _ = _chunk_em(rows, real, key, ctx, hp, received, train)
+        return jnp.swapaxes(trace, 0, 1), losses  # [C, em_steps, K - 1], [C, K - 1, N]
+
+    steps, losses = chunked_rows(chunk, s, em_chunk(params, ctx, hp))
+    nmask, smask = weighed(ctx)[:, 1:], ctx.train.mask[ctx.data_client]
+    pi0 = _uniform(nmask)
+    last = steps[:, -1] if hp.em_steps else pi0
+    pi = estimate_weights(
+        losses, smask, nmask, last, num_iters=hp.em_iters, tol=hp.em_tol, floor=hp.floor
+    )
+    trace = jnp.concatenate([pi0[None], jnp.swapaxes(steps, 0, 1), pi[None]], axis=0)
+    return _with_self_column(pi), _with_self_column(trace)
 
 
-def _estimate(
-    params: Any,
+def _uniform(nmask: jax.Array) -> jax.Array:
+    """The uniform prior ``[..., K - 1]`` over each row's weighed neighbors."""
+    return (nmask / jnp.maximum(nmask.sum(-1, keepdims=True), 1)).astype(jnp.float32)
+
+
+def _chunk_em(
+    rows: jax.Array,
+    real: jax.Array,
     key: jax.Array,
     ctx: RoundContext,
     hp: PFedWNHParams,
-    received: tuple[Any, jax.Array] | None,
-) -> tuple[jax.Array, jax.Array, Any]:
-    """``estimate_pi`` plus the components after M-step 2 (leaves ``[P, ...]``, pair order;
-    the received models where M-step 2 does not run, see the module docstring)."""
-    s = ctx.num_slots
-    pairs = em_pairs(ctx)
-    nmask = weighed(ctx)[:, 1:]  # [S, K - 1] the EM runs over the neighbor columns
-    smask = ctx.train.mask[ctx.data_client]  # [S, N] the target's real samples
-    dc = ctx.data_client[pairs.slot]  # [P] component p is evaluated on its target's data
-    pool, index = (params, ctx.neighbors) if received is None else received
-    comp = take_slots(pool, index[pairs.slot, pairs.col])
-    p_idx = jnp.arange(pairs.slot.shape[0], dtype=jnp.int32)
+    received: tuple[Any, jax.Array],
+    train: bool,
+) -> tuple[jax.Array, Any, Any]:
+    """The outer EM steps of the targets ``rows [C]`` (``real [C]``: False on padding):
+    ``(trace [em_steps, C, K - 1], losses [C, K - 1, N], components)``.
 
-    def losses_of(comp_params: Any) -> jax.Array:
-        per = cross_evaluate(ctx.model, comp_params, ctx.train, p_idx, dc)["loss"]
-        return _per_entry(per.astype(jnp.float32), pairs, s)  # [S, K - 1, N]
+    ``losses`` are what the refinement evaluates (the received models', or with
+    ``pi_from="components"`` the components' after the last M-step 2); ``components``
+    (leaves ``[C (K - 1), ...]``, entry ``(c, k - 1)`` at row ``c (K - 1) + k - 1``) the
+    components after M-step 2 when ``train``, else None. Entry ``(s, k)`` trains with the
+    key of its EM pair (``em_pairs``), so a chunk trains as the whole network would.
+    """
+    pool, index = received
+    c, k1 = rows.shape[0], ctx.neighbors.shape[1] - 1
+    nmask = weighed(ctx)[rows, 1:] & real[:, None]  # [C, K - 1]
+    smask = ctx.train.mask[ctx.data_client[rows]]  # [C, N] the target's real samples
+    dc = jnp.repeat(ctx.data_client[rows], k1)  # entry (c, k) is evaluated on c's data
+    source = index[rows, 1:].reshape(-1)  # [C (K - 1)] each entry's model in the pool
+
+    def losses_of(models: Any) -> jax.Array:  # None: the received models, in the pool
+        at = source if models is None else jnp.arange(c * k1, dtype=jnp.int32)
+        per = cross_evaluate(ctx.model, pool if models is None else models, ctx.train, at, dc)
+        return per["loss"].astype(jnp.float32).reshape(c, k1, -1)
 
     on_received = hp.pi_from == "received"
-    fixed = losses_of(comp) if on_received else None  # the E-step's losses, every step
-    train = hp.component_updates and (hp.mix_components or not on_received)
+    fixed = losses_of(None) if on_received else None  # the E-step's losses, every step
+    comps = None
+    if train or not on_received:
+        models = take_slots(pool, source)
+        comps = ClientState(models, jax.vmap(ctx.tx.init)(models))
+    ids = em_pairs(ctx).inverse.reshape(-1, k1)[rows].reshape(-1)
 
     def em_step(carry: tuple[Any, jax.Array], step: jax.Array):
         comp_state, pi = carry
@@ -289,46 +358,83 @@ def _estimate(
         lam = responsibilities(losses, pi, smask, nmask)  # E-step
         pi = m_step(lam, smask, nmask, hp.floor)  # M-step 1: pi = mean_i lambda
         if train:  # M-step 2: responsibility-weighted training
-            comp_state = _m_step_2(ctx, comp_state, jax.random.fold_in(key, step), lam, hp)
+            step_key = jax.random.fold_in(key, step)
+            comp_state = _m_step_2(ctx, comp_state, step_key, lam, nmask, dc, ids, hp)
         return (comp_state, pi), pi
 
-    pi0 = (nmask / jnp.maximum(nmask.sum(1, keepdims=True), 1)).astype(jnp.float32)
-    state0 = ClientState(comp, jax.vmap(ctx.tx.init)(comp))
-    (state, pi), trace = jax.lax.scan(em_step, (state0, pi0), jnp.arange(hp.em_steps))
-    trace = jnp.concatenate([pi0[None], trace], axis=0)
-    losses = fixed if on_received else losses_of(state.params)
-    pi = estimate_weights(
-        losses, smask, nmask, pi, num_iters=hp.em_iters, tol=hp.em_tol, floor=hp.floor
-    )
-    trace = jnp.concatenate([trace, pi[None]], axis=0)
-    return _with_self_column(pi), _with_self_column(trace), state.params
+    carry, trace = jax.lax.scan(em_step, (comps, _uniform(nmask)), jnp.arange(hp.em_steps))
+    comps = carry[0]
+    losses = fixed if on_received else losses_of(comps.params)
+    return trace, losses, comps.params if train else None
 
 
 def _m_step_2(
-    ctx: RoundContext, comps: ClientState, key: jax.Array, lam: jax.Array, hp: PFedWNHParams
+    ctx: RoundContext,
+    comps: ClientState,
+    key: jax.Array,
+    lam: jax.Array,
+    nmask: jax.Array,
+    dc: jax.Array,
+    ids: jax.Array,
+    hp: PFedWNHParams,
 ) -> ClientState:
-    """App. B's M-step 2: ``component_epochs`` epochs of every component (``[P, ...]``, pair
-    order) on its target's data, sample ``i`` weighted by ``lam [S, K - 1, N]``."""
-    pairs = em_pairs(ctx)
+    """App. B's M-step 2: ``component_epochs`` epochs of every component (``[C (K - 1), ...]``)
+    on its target's data (``dc``), sample ``i`` weighted by ``lam [C, K - 1, N]``; entries
+    off ``nmask`` take no step; ``ids`` key each component's minibatch order."""
     comps, _ = local_update(
         ctx,
         comps,
         key,
-        data_client=ctx.data_client[pairs.slot],
+        data_client=dc,
         epochs=hp.component_epochs,
-        sample_weight=lam[pairs.slot, pairs.col - 1],
-        active=pairs.valid,
+        sample_weight=lam.reshape(-1, lam.shape[-1]),
+        active=nmask.reshape(-1),
+        slot_ids=ids,
     )
     return comps
 
 
-def _component_pool(params: Any, comps: Any, ctx: RoundContext) -> tuple[Any, jax.Array]:
-    """``(pool, index [S, K])`` for ``mix_sparse``: column 0 the slot's own model, column
-    ``k >= 1`` the component of pair ``(s, k)`` (``concat(params, comps)``)."""
+def em_components(
+    params: Any,
+    key: jax.Array,
+    ctx: RoundContext,
+    hp: PFedWNHParams,
+    received: tuple[Any, jax.Array] | None = None,
+) -> Any:
+    """The components of every ``(target, list column k >= 1)`` entry after the outer EM
+    steps (M-step 2 where ``component_updates``), leaves ``[S, K - 1, ...]``: all at once
+    (``S (K - 1)`` models: small networks and tests; the round mixes them chunk by chunk)."""
     s, k = ctx.neighbors.shape
-    pool = append_slots(params, comps)
-    cols = s + em_pairs(ctx).inverse.reshape(s, k - 1)
-    return pool, jnp.concatenate([jnp.arange(s, dtype=jnp.int32)[:, None], cols], axis=1)
+    received = (params, ctx.neighbors) if received is None else received
+    rows, real = jnp.arange(s, dtype=jnp.int32), jnp.ones((s,), bool)
+    _, _, comps = _chunk_em(rows, real, key, ctx, hp, received, hp.component_updates)
+    if comps is None:
+        comps = take_slots(received[0], received[1][:, 1:].reshape(-1))
+    return jax.tree.map(lambda a: a.reshape(s, k - 1, *a.shape[1:]), comps)
+
+
+def _mix_components(
+    params: Any,
+    key: jax.Array,
+    ctx: RoundContext,
+    hp: PFedWNHParams,
+    received: tuple[Any, jax.Array],
+    weights: jax.Array,
+) -> Any:
+    """Eq. 5 over M-step 2's components (``mix_components``): ``[S, ...]``, chunk by chunk,
+    row ``s`` = ``weights[s, 0] params[s] + sum_k weights[s, k] component(s, k)`` (the
+    components recomputed as ``estimate_pi`` computed them)."""
+    s, k = ctx.neighbors.shape
+
+    def chunk(rows: jax.Array, real: jax.Array) -> Any:
+        _, _, comps = _chunk_em(rows, real, key, ctx, hp, received, True)
+        c = rows.shape[0]
+        pool = append_slots(take_slots(params, rows), comps)
+        cols = c + jnp.arange(c * (k - 1), dtype=jnp.int32).reshape(c, k - 1)
+        index = jnp.concatenate([jnp.arange(c, dtype=jnp.int32)[:, None], cols], axis=1)
+        return mix_sparse(pool, index, weights[rows])
+
+    return chunked_rows(chunk, s, em_chunk(params, ctx, hp))
 
 
 def init(key: jax.Array, ctx: RoundContext, hp: PFedWNHParams) -> PFedWNState:
@@ -377,28 +483,24 @@ def _estimate_and_mix(
     ctx: RoundContext,
     hp: PFedWNHParams,
     received: tuple[Any, jax.Array],
-    mixed: Any,
+    weights: Any,
 ) -> tuple[jax.Array, jax.Array, Any]:
     """``(pi, trace, params)``: the round's weights, re-estimated when EM is due, and Eq. 5
-    (``mixed(pi, (pool, index))``) over the received models, or with ``mix_components`` in
-    an EM round over M-step 2's components (other rounds gather no components)."""
-    keep = lambda: (state.pi, state.pi_trace, mixed(state.pi, received))
+    (``weights(pi) [S, K]``) over the received models, or with ``mix_components`` (and
+    M-step 2) in an EM round over M-step 2's components."""
+    mixed = lambda pi: mix_sparse(*received, weights(pi), shards=ctx.shards)
     if ctx.neighbors.shape[1] == 1:  # nobody has a neighbor: pFedWN is local training
-        return keep()
+        return state.pi, state.pi_trace, mixed(state.pi)
     params, due = state.clients.params, _em_now(state.rounds_done, ctx, hp)
-    if not hp.mix_components:
-        pi, trace = jax.lax.cond(
-            due,
-            lambda: estimate_pi(params, key, ctx, hp, received),
-            lambda: (state.pi, state.pi_trace),
-        )
-        return pi, trace, mixed(pi, received)
-
-    def em() -> tuple[jax.Array, jax.Array, Any]:
-        pi, trace, comps = _estimate(params, key, ctx, hp, received)
-        return pi, trace, mixed(pi, _component_pool(params, comps, ctx))
-
-    return jax.lax.cond(due, em, keep)
+    pi, trace = jax.lax.cond(
+        due,
+        lambda: estimate_pi(params, key, ctx, hp, received),
+        lambda: (state.pi, state.pi_trace),
+    )
+    if not (hp.mix_components and hp.component_updates):  # the components are the received
+        return pi, trace, mixed(pi)
+    fine_tuned = lambda: _mix_components(params, key, ctx, hp, received, weights(pi))
+    return pi, trace, jax.lax.cond(due, fine_tuned, lambda: mixed(pi))
 
 
 def _round(
@@ -409,11 +511,10 @@ def _round(
     received = neighbor_models(state.clients.params, ctx)
     apply = ctx.is_target & (state.rounds_done >= hp.warmup_rounds)
 
-    def mixed(pi: jax.Array, models: tuple[Any, jax.Array]) -> Any:  # Eq. 5
-        weights = aggregation_weights(_arrived(pi, ctx), hp.a, apply)
-        return mix_sparse(*models, weights, shards=ctx.shards)
+    def weights(pi: jax.Array) -> jax.Array:  # Eq. 5 as [S, K] weights
+        return aggregation_weights(_arrived(pi, ctx), hp.a, apply)
 
-    pi, trace, params = _estimate_and_mix(state, em_key, ctx, hp, received, mixed)
+    pi, trace, params = _estimate_and_mix(state, em_key, ctx, hp, received, weights)
     clients = state.clients._replace(params=params)
     clients, metrics = local_update(ctx, clients, train_key)
     new = PFedWNState(
