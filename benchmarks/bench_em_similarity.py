@@ -43,7 +43,7 @@ import numpy as np
 from scipy import stats
 
 from pfedwn_jax.algorithms import get_algorithm, make_hparams
-from pfedwn_jax.algorithms.pfedwn import _estimate, em_pairs
+from pfedwn_jax.algorithms.pfedwn import em_components, estimate_pi
 from pfedwn_jax.data import client_label_counts
 from pfedwn_jax.engine import cross_evaluate, evaluate
 from pfedwn_jax.experiment import ExperimentConfig
@@ -87,17 +87,23 @@ def _warm(ctx, key):
 
 @jax.jit
 def _mean_losses(comps, ctx):
-    """`[P]` mean loss of each component on its target's training data."""
-    pairs = em_pairs(ctx)
-    dc = ctx.data_client[pairs.slot]
-    per = cross_evaluate(ctx.model, comps, ctx.train, jnp.arange(dc.shape[0]), dc)["loss"]
+    """`[K - 1]` mean loss of each of the target's (slot 0's) components on its training
+    data (`comps` leaves `[S, K - 1, ...]`, `em_components`)."""
+    mine = jax.tree.map(lambda a: a[0], comps)
+    dc = jnp.broadcast_to(ctx.data_client[0], (ctx.neighbors.shape[1] - 1,))
+    per = cross_evaluate(ctx.model, mine, ctx.train, jnp.arange(dc.shape[0]), dc)["loss"]
     mask = ctx.train.mask[dc]
     return (per * mask).sum(1) / mask.sum(1)
 
 
 def _estimator(reading: str):
     hp = make_hparams(ALG, {"pi_from": reading})
-    return jax.jit(lambda params, key, ctx: _estimate(params, key, ctx, hp, None))
+
+    def estimate(params, key, ctx):
+        pi, trace = estimate_pi(params, key, ctx, hp)
+        return pi, trace, em_components(params, key, ctx, hp)
+
+    return jax.jit(estimate)
 
 
 _ESTIMATE = {r: _estimator(r) for r in READINGS}

@@ -402,12 +402,14 @@ def em_components(
     received: tuple[Any, jax.Array] | None = None,
 ) -> Any:
     """The components of every ``(target, list column k >= 1)`` entry after the outer EM
-    steps (M-step 2 where ``component_updates``), leaves ``[S, K - 1, ...]``: all at once
-    (``S (K - 1)`` models: small networks and tests; the round mixes them chunk by chunk)."""
+    steps, leaves ``[S, K - 1, ...]``: after M-step 2 where the round uses them (see the
+    module docstring), else the received models. All at once (``S (K - 1)`` models: small
+    networks, tests and studies; the round handles them chunk by chunk)."""
     s, k = ctx.neighbors.shape
     received = (params, ctx.neighbors) if received is None else received
     rows, real = jnp.arange(s, dtype=jnp.int32), jnp.ones((s,), bool)
-    _, _, comps = _chunk_em(rows, real, key, ctx, hp, received, hp.component_updates)
+    train = hp.component_updates and (hp.mix_components or hp.pi_from != "received")
+    _, _, comps = _chunk_em(rows, real, key, ctx, hp, received, train)
     if comps is None:
         comps = take_slots(received[0], received[1][:, 1:].reshape(-1))
     return jax.tree.map(lambda a: a.reshape(s, k - 1, *a.shape[1:]), comps)
