@@ -235,7 +235,7 @@ def from_host(leaf: Any, sharding: jax.sharding.Sharding) -> jax.Array:
     all-gathers the whole value from every process to check that they agree.
     """
     host = np.asarray(leaf)
-    return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
+    return jax.make_array_from_callback(host.shape, sharding, lambda idx: np.asarray(host[idx]))
 
 
 def gather_to_host(tree: Any) -> Any:

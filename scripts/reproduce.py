@@ -22,7 +22,8 @@ PROG = Path(__file__).name
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pfedwn_jax.reproduce.learning import ALL_ITEMS, PRESETS
+    from pfedwn_jax.reproduce.learning import ALL_ITEMS
+    from pfedwn_jax.reproduce.presets import PRESETS
 
     ap = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="all", help=f"comma-separated items of {list(ALL_ITEMS)}")

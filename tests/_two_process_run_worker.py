@@ -93,7 +93,7 @@ def check_split() -> str:
     state, _ = init_states(make_group([0], [exp], mesh), "fedavg", mesh)
     split = [a for a in jax.tree.leaves(state) if a.shape[1:2] == (8,)]
     assert split and all(not a.is_fully_addressable for a in split)
-    rows = sorted({len(s.data) for a in split for s in a.addressable_shards})
+    rows = sorted({s.data.shape[1] for a in split for s in a.addressable_shards})
     assert rows == [2], rows
     return f"{len(split)} state arrays split, 2 slots per local device"
 

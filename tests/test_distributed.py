@@ -9,11 +9,6 @@ global mesh, saving to and restoring from one directory, against a single-proces
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import _two_process_sweep_worker as sweep_worker
@@ -24,6 +19,7 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
+from processes import run_two_processes
 
 from pfedwn_jax import distributed, state_store
 
@@ -242,51 +238,6 @@ def test_crash_during_save_keeps_previous_step(tmp_path, monkeypatch):
 
 
 # --------------------------------------------------------------------------- two processes
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
-
-
-def run_two_processes(script: str, args: list[str], timeout: float) -> tuple[list[str], float]:
-    """Run `tests/<script> PORT PROCESS_ID 2 *args` as two processes with 2 CPU devices each
-    (one job, coordinator on a free localhost port); their logs and the wall time. Fails the
-    test, with the log, when a process exits non-zero."""
-    env = {
-        **os.environ,
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
-        "JAX_PLATFORMS": "cpu",
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-    }
-    env.pop("JAX_NUM_CPU_DEVICES", None)
-    port = str(free_port())
-    path = str(ROOT / "tests" / script)
-    start = time.perf_counter()
-    procs = [
-        subprocess.Popen(
-            [sys.executable, path, port, str(i), "2", *args],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for i in range(2)
-    ]
-    logs = []
-    try:
-        for p in procs:
-            logs.append(p.communicate(timeout=timeout)[0])
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    elapsed = time.perf_counter() - start
-    for i, (p, log) in enumerate(zip(procs, logs, strict=True)):
-        assert p.returncode == 0, f"process {i} failed:\n{log[-3000:]}"
-        assert f"process {i}: devices 4 local 2" in log
-    return logs, elapsed
-
-
 def test_two_processes_one_mesh(tmp_path):
     """Two `python` processes x 2 CPU devices = one 4-device ("runs", "slots") mesh: the jitted
     vmap over 8 runs, the saves to one directory, the restore and the block after it give the
@@ -327,6 +278,10 @@ def test_two_process_sweep_equals_one_process(tmp_path):
                     np.testing.assert_allclose(got[f"{case}_{name}"], value, atol=1e-6, err_msg=err)
                 else:
                     np.testing.assert_array_equal(got[f"{case}_{name}"], value, err_msg=err)
-    for case in ("full", "resumed"):  # written by process 0 only, each row once
-        assert len((tmp_path / "ck" / case / "rows.jsonl").read_text().splitlines()) == 16
+    want_blocks = sorted(f"0.{m}.{r}.1.npz" for m in ("local", "pfedwn") for r in (0, 1))
+    for case in ("full", "resumed"):  # the block files (process 0 writes them), each once
+        blocks = tmp_path / "ck" / case / "blocks"
+        assert sorted(p.name for p in blocks.iterdir()) == want_blocks
+        with np.load(blocks / want_blocks[0]) as f:
+            assert f["metrics/accuracy"].shape[:2] == (4, 1)  # every run, one round
     print(f"two-process sweep test: {elapsed:.1f} s")

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_algorithms_personalized import GROUP, leaves, make_ctx, run
+from toy_groups import GROUP, leaves, make_ctx, run
 
 from pfedwn_jax.algorithms import get_algorithm, make_hparams, neighbor_lists
 from pfedwn_jax.algorithms.common import proximal_loss

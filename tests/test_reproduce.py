@@ -1,4 +1,4 @@
-"""`pfedwn_jax.reproduce.learning` and `scripts/reproduce.py`: hyperparameters are chosen on
+"""`pfedwn_jax.reproduce` and `scripts/reproduce.py`: hyperparameters are chosen on
 the validation split only, the tables' statistics match a hand computation, and the presets
 write every artifact with the chosen values and seeds."""
 
@@ -17,7 +17,7 @@ import pytest
 from scipy import stats
 
 from pfedwn_jax.experiment.config import ExperimentConfig
-from pfedwn_jax.reproduce import learning as L
+from pfedwn_jax.reproduce import learning, presets, runs, tables
 from pfedwn_jax.reproduce.cases import paper_cases
 from pfedwn_jax.reproduce.paper_numbers import PAPER_MAX
 from pfedwn_jax.sweeps.result import SweepResult
@@ -55,7 +55,7 @@ def test_choose_uses_validation_not_test_and_matches_hand_statistics():
     # validation prefers lr 0.1, the test split would prefer lr 0.2: 0.1 must be chosen
     val = {(0.1, 0): 0.9, (0.1, 1): 0.8, (0.2, 0): 0.5, (0.2, 1): 0.6}
     test = {(0.1, 0): 0.40, (0.1, 1): 0.50, (0.2, 0): 0.95, (0.2, 1): 0.97}
-    (row,) = L.choose(_table(val, test), ["lr"], window=2, label={"dataset": "D"})
+    (row,) = runs.choose(_table(val, test), ["lr"], window=2, label={"dataset": "D"})
     assert row["chosen"] == {"lr": 0.1} and row["seeds"] == [0, 1] and row["n"] == 2
     assert row["dataset"] == "D" and row["case"] == "A" and row["method"] == "fedavg"
     assert row["val_last_mean"] == pytest.approx(85.0)
@@ -90,26 +90,19 @@ def test_paired_variants_difference_per_seed_by_hand():
     rows = [{"dataset": "D", "case": "A", "method": "pfedwn", "chosen": {"lr": 0.1}},
             {"dataset": "D", "case": "A", "method": "pfedwn (v1)", "variant": "v1",
              "chosen": {"lr": 0.1}}]  # fmt: skip
-    (pair,) = L.paired_variants(rows, sweeps, window=1)
+    (pair,) = tables.paired_variants(rows, sweeps, window=1)
     diffs = np.array([10.0, 0.0, 20.0])
     assert pair["diffs"] == pytest.approx(diffs, abs=1e-4) and pair["n"] == 3
     assert pair["diff_mean"] == pytest.approx(10.0, abs=1e-4)
     half = stats.t.ppf(0.975, 2) * diffs.std(ddof=1) / np.sqrt(3)
     assert pair["diff_half_width"] == pytest.approx(half, rel=1e-4)
-    assert "| v1 | +10.0 ± 24.8 |" in L.paired_table([pair])
+    assert "| v1 | +10.0 ± 24.8 |" in tables.paired_table([pair])
 
 
 def test_best_ranks_nan_lowest_and_keeps_the_first_of_ties():
     entries = [{"last_mean": np.nan}, {"last_mean": 0.5}, {"last_mean": 0.7}, {"last_mean": 0.7}]
-    assert L._best(entries) is entries[2]
-    assert L._best([{"last_mean": np.nan}, {"last_mean": -1.0}])["last_mean"] == -1.0
-
-
-def test_points_are_the_grid_product_first_key_outermost():
-    grid = {"lr": (0.1, 0.2, 0.3), "pfedwn.a": (0.3, 0.7)}
-    want = [{"lr": a, "pfedwn.a": b} for a, b in itertools.product(*grid.values())]
-    assert L._points(grid) == want
-    assert L._points({}) == [{}]
+    assert runs.best_entry(entries) is entries[2]
+    assert runs.best_entry([{"last_mean": np.nan}, {"last_mean": -1.0}])["last_mean"] == -1.0
 
 
 def test_markdown_table_bolds_the_best_mean_per_column():
@@ -117,9 +110,9 @@ def test_markdown_table_bolds_the_best_mean_per_column():
         return {"method": method, "case": "Case 1", "dataset": "MNIST",
                 "max_mean": m, "max_ci_high": m + 1.0}  # fmt: skip
 
-    text = L.markdown_table([row("local", 90.0), row("pfedwn", 95.0)], "max")
+    text = tables.markdown_table([row("local", 90.0), row("pfedwn", 95.0)], "max")
     assert "| pfedwn | **95.0 ± 1.0** |" in text and "| local | 90.0 ± 1.0 |" in text
-    side = L.markdown_table([row("local", 90.0), row("pfedwn", 95.0)], "max", PAPER_MAX)
+    side = tables.markdown_table([row("local", 90.0), row("pfedwn", 95.0)], "max", PAPER_MAX)
     assert "| local | 98.3 / 90.0 ± 1.0 |" in side  # Table II, Case 1 MNIST, Local
     assert "| pfedwn | 98.4 / **95.0 ± 1.0** |" in side
 
@@ -134,7 +127,7 @@ def test_paper_numbers_are_the_printed_tables():
 # ---------------------------------------------------------------------------- cases, input
 def test_settings_are_the_paper_cases_the_20_neighbor_case_and_fig1s_full_network():
     base = ExperimentConfig(algorithms=("local",), num_neighbors=4)
-    sts = {s.name: s.config for s in L.settings(base, ("cases", "n20", "all"))}
+    sts = {s.name: s.config for s in runs.settings(base, ("cases", "n20", "all"))}
     assert list(sts) == ["Case 1", "Case 2", "Case 3", "20 neighbors", "all clients"]
     for name, case in zip(("Case 1", "Case 2", "Case 3"), paper_cases(base), strict=True):
         cfg = sts[name]
@@ -147,18 +140,18 @@ def test_settings_are_the_paper_cases_the_20_neighbor_case_and_fig1s_full_networ
 
 
 def test_bad_items_and_presets_name_the_allowed_values():
-    assert L.parse_items("table2, fig8") == ("fig8", "table2")
-    assert L.parse_items(None) == L.ALL_ITEMS
+    assert learning.parse_items("table2, fig8") == ("fig8", "table2")
+    assert learning.parse_items(None) == learning.ALL_ITEMS
     with pytest.raises(ValueError, match=r"table9.*allowed"):
-        L.parse_items("table2,table9")
+        learning.parse_items("table2,table9")
     with pytest.raises(ValueError, match="preset must be one of"):
-        L.get_preset("huge")
+        presets.get_preset("huge")
 
 
 def test_quick_preset_reads_only_local_files_and_tunes_every_method():
-    q = L.PRESETS["quick"]
+    q = presets.PRESETS["quick"]
     assert {s.dataset.split(":", 1)[0] for s in q.datasets} == {"npz"}
-    assert set(q.grids) == set(L.METHODS) and all("lr" in g for g in q.grids.values())
+    assert set(q.grids) == set(presets.METHODS) and all("lr" in g for g in q.grids.values())
     assert q.base["val_fraction"] > 0
 
 
@@ -168,7 +161,7 @@ def _csv_rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def _check_table(path: Path, preset: L.Preset) -> None:
+def _check_table(path: Path, preset: presets.Preset) -> None:
     rows = _csv_rows(path)
     assert rows
     for r in rows:
@@ -181,24 +174,31 @@ def _check_table(path: Path, preset: L.Preset) -> None:
         assert float(r["max_ci_low"]) <= float(r["max_mean"]) <= float(r["max_ci_high"])
 
 
-def test_small_preset_writes_tables_and_fig8(tmp_path):
-    """A cut-down tiny preset (pFedWN only, no variants) through `reproduce`."""
-    p = dataclasses.replace(L.PRESETS["tiny"], methods=("pfedwn",), variants=())
-    out = L.reproduce("table2,fig8", p, tmp_path, log=lambda s: None)
+def test_small_preset_writes_tables_and_fig8(tmp_path, monkeypatch):
+    """A cut-down tiny preset (pFedWN only, no variants) through `reproduce`; Fig. 8 reads
+    the Table II sweep's records (no run of its own)."""
+    import pfedwn_jax.runner.api as api
+
+    monkeypatch.setattr(api, "run", lambda *a, **k: pytest.fail("Fig. 8 ran a run()"))
+    p = dataclasses.replace(presets.PRESETS["tiny"], methods=("pfedwn",), variants=())
+    out = learning.reproduce("table2,fig8", p, tmp_path, log=lambda s: None)
     for name in ("table2.csv", "table2.json", "fig8_pi.json", "REPORT.md"):
         assert (tmp_path / name).is_file(), name
     assert set(out["items"]) == {"table2", "fig8"}
     _check_table(tmp_path / "table2.csv", p)
     assert len(_csv_rows(tmp_path / "table2.csv")) == 3  # three cases x one method
-    pi = np.asarray(json.loads((tmp_path / "fig8_pi.json").read_text())["pi_target"])
+    fig8 = json.loads((tmp_path / "fig8_pi.json").read_text())
+    pi, trace = np.asarray(fig8["pi"]), np.asarray(fig8["trace"])
     assert np.allclose(pi[-1].sum(), 1.0, atol=1e-5)  # estimated weights sum to one
+    assert pi.shape[1] == trace.shape[1] == len(fig8["neighbors"])
+    np.testing.assert_allclose(trace[-1], pi[fig8["estimated_round"] - 1])  # final = pi
     assert (tmp_path / "sweeps" / "mnist_pfedwn" / "rows.csv").is_file()
     assert "Table II" in (tmp_path / "REPORT.md").read_text()
 
 
 def test_fig7_shows_the_capped_partition_the_runs_train_on(tmp_path):
-    tiny = L.PRESETS["tiny"]  # embedded MNIST, at most 40 samples per client
-    rec = L._wireless("fig7", tmp_path, tiny)
+    tiny = presets.PRESETS["tiny"]  # embedded MNIST, at most 40 samples per client
+    rec = learning.wireless_item("fig7", tmp_path, tiny)
     assert rec["config"]["max_samples_per_client"] == 40 and rec["config"]["dataset"] is None
     counts = np.loadtxt(tmp_path / "fig7_counts.csv", delimiter=",", skiprows=1, dtype=int)
     assert counts[:, -1].max() == 40 and (counts[:, 1:-1].sum(1) == counts[:, -1]).all()
@@ -217,7 +217,7 @@ def test_tiny_preset_end_to_end_through_the_script(tmp_path):
         assert (tmp_path / name).is_file(), name
     for png in ("fig1_target_vs_global.png", "fig8_em_weights.png", "fig9_10_vs_20_neighbors.png"):
         assert (tmp_path / png).stat().st_size > 1000, png
-    tiny = L.PRESETS["tiny"]
+    tiny = presets.PRESETS["tiny"]
     _check_table(tmp_path / "table2.csv", tiny)
     _check_table(tmp_path / "table3.csv", tiny)
     methods = [r["method"] for r in _csv_rows(tmp_path / "table2.csv")]
@@ -231,30 +231,30 @@ def test_tiny_preset_end_to_end_through_the_script(tmp_path):
 def test_a_saved_sweep_with_the_same_runs_is_read_back_not_rerun(tmp_path, monkeypatch):
     base = ExperimentConfig(model="logreg", rounds=1, algorithms=("local",), num_neighbors=2,
                             max_samples_per_client=30, val_fraction=0.2, data_seed=0)  # fmt: skip
-    sts = [L.Setting("A", base)]
-    first, _ = L.run_settings(sts, {"lr": (0.1,)}, (0,), cache=tmp_path)
+    sts = [runs.Setting("A", base)]
+    first, _ = runs.run_settings(sts, {"lr": (0.1,)}, (0,), cache=tmp_path)
     import pfedwn_jax.runner.api as api
 
     def boom(*a, **k):
         raise AssertionError("ran again")
 
     monkeypatch.setattr(api, "run_configs", boom)
-    again, _ = L.run_settings(sts, {"lr": (0.1,)}, (0,), cache=tmp_path)
+    again, _ = runs.run_settings(sts, {"lr": (0.1,)}, (0,), cache=tmp_path)
     assert np.array_equal(again.rows["target_accuracy"], first.rows["target_accuracy"])
     with pytest.raises(AssertionError, match="ran again"):  # other runs: not the saved sweep
-        L.run_settings(sts, {"lr": (0.2,)}, (0,), cache=tmp_path)
+        runs.run_settings(sts, {"lr": (0.2,)}, (0,), cache=tmp_path)
 
 
-@pytest.mark.parametrize("name", sorted(L.PRESETS))
+@pytest.mark.parametrize("name", sorted(presets.PRESETS))
 def test_every_preset_grid_point_is_a_valid_config(name):
     """Each preset's per-method base config and grid points pass `ExperimentConfig`'s checks
     (no data is loaded): a typo in the never-run `paper` preset fails here, not on a GPU."""
-    from pfedwn_jax.sweeps.grid import RunSpec, run_config
+    from pfedwn_jax.sweeps.grid import expand, run_config
 
-    p = L.PRESETS[name]
+    p = presets.PRESETS[name]
     for spec in p.datasets:
         for m in p.methods:
-            base = L.dataset_base(p, spec, m)
-            for point in L._points(p.grids[m]):
-                cfg = run_config(base, RunSpec(0, 0, point))
+            base = runs.dataset_base(p, spec, m)
+            for point in expand(base, [0], p.grids[m]):  # validates every point
+                cfg = run_config(base, point)
                 assert cfg.algorithms == (m,) and cfg.val_fraction > 0

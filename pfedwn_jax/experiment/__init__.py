@@ -12,7 +12,6 @@ from pfedwn_jax.experiment.report import (
     plot_pi_history,
 )
 from pfedwn_jax.experiment.results import SCHEMA, Result
-from pfedwn_jax.runner.api import run
 
 __all__ = [
     "SCHEMA",
@@ -26,3 +25,13 @@ __all__ = [
     "plot_pi_history",
     "run",
 ]
+
+
+def __getattr__(name: str):
+    """`run` from the engine (`runner.api`), imported on first use: the engine imports this
+    package's modules, so importing it here would be circular."""
+    if name == "run":
+        from pfedwn_jax.runner.api import run
+
+        return run
+    raise AttributeError(f"module 'pfedwn_jax.experiment' has no attribute {name!r}")

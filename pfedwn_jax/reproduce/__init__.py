@@ -1,8 +1,9 @@
-"""Reproduction of the paper's tables and figures (issue 13).
+"""Reproduction of the paper's tables and figures.
 
 `cases`: the target-client cases (Case 1-3, the 20-neighbor network); `wireless_figs`: Fig. 4-7
 (P_err heatmaps, selection sweeps, data distributions). The learning part (Table II/III,
-Fig. 1, 8, 9) lives in `learning`.
+Fig. 1, 8, 9): `presets` (what a preset runs), `runs` (the sweeps and the choice of
+hyperparameters on validation), `tables`, `figures`, and `learning.reproduce`, the entry point.
 """
 
 from pfedwn_jax.reproduce.cases import (

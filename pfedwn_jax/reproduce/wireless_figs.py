@@ -39,7 +39,6 @@ Wall time on the shared, loaded 2-core CPU, compilation included: case search 5 
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -57,6 +56,7 @@ from pfedwn_jax.experiment.federation import channel_params
 from pfedwn_jax.io import atomic_write_json, atomic_write_text, atomic_write_with
 from pfedwn_jax.plotting import pyplot, save_figure
 from pfedwn_jax.reproduce.cases import Case, paper_cases
+from pfedwn_jax.reproduce.presets import shared_data_dir
 from pfedwn_jax.wireless import ChannelParams, place_network
 from pfedwn_jax.wireless.selection_sweeps import fig5_grid, fig6_grid
 
@@ -88,17 +88,6 @@ PRESETS = {
 FIG4_GRID = 120
 #: Used by "paper" for Fig. 7 where TFDS has no prepared CIFAR-10.
 FALLBACK_DATASET = "cifar10_exact_subset.npz"
-
-
-def shared_data_dir() -> Path:
-    """`$PFEDWN_DATA_DIR`, else the first `shared/data` beside a parent of this package."""
-    env = os.environ.get("PFEDWN_DATA_DIR")
-    if env:
-        return Path(env)
-    for parent in Path(__file__).resolve().parents:
-        if (parent / "shared" / "data").is_dir():
-            return parent / "shared" / "data"
-    raise ValueError("no shared data folder found: set $PFEDWN_DATA_DIR to ../shared/data")
 
 
 def _dataset_name(name: str) -> str:

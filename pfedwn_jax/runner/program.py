@@ -212,6 +212,8 @@ def place(tree: Any, axes: Any, mesh: Mesh, num_slots: int | None = None) -> Any
     device array is resharded where it is."""
 
     def put(ax: Any, a: Any) -> Any:
+        if a is None:  # an unset optional field (momentum, links) shared by every run
+            return None
         where = sharding(ax, a, mesh, num_slots)
         if not mesh.is_multi_process or isinstance(a, jax.Array):
             return jax.device_put(a, where)

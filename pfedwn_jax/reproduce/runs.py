@@ -1,0 +1,267 @@
+"""The sweeps of a reproduction and the choice of each method's hyperparameters.
+
+Per dataset and method, one `run_configs` call holds every setting (the paper's cases, the
+20-neighbor network, ...) x grid point (`sweeps.grid.expand`) x seed, so the settings share
+compiled programs; pFedWN's sweeps keep its per-round EM weights (`pi`, `pi_trace`: Fig. 8).
+Each method's hyperparameters are chosen per setting on the validation split (`choose`: mean
+of the last `window` rounds of `target_val_accuracy`), never on the test split.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from pfedwn_jax.experiment.config import ExperimentConfig
+from pfedwn_jax.reproduce.cases import PAPER_GAMMAS, PAPER_WANTED, network20_case, paper_cases
+from pfedwn_jax.reproduce.presets import EM_VARIANTS, DataSpec, Preset
+from pfedwn_jax.sweeps.result import SweepResult
+
+#: pFedWN's records every sweep of it keeps (Fig. 8 reads them).
+PFEDWN_RECORDS = ("pi", "pi_trace")
+
+STATS = ("final", "last", "max")
+
+
+SPECIAL = ("20 neighbors", "all clients")
+
+
+class Setting(NamedTuple):
+    """A named network setting of one table column: "Case 1", "20 neighbors", ..."""
+
+    name: str
+    config: ExperimentConfig
+    extra: tuple[tuple[str, Any], ...] = ()
+
+
+def dataset_base(preset: Preset, spec: DataSpec, method: str) -> ExperimentConfig:
+    """The config every run of `method` on `spec` starts from (before case, grid and seed)."""
+    hp = {method: dict(preset.hparams[method])} if method in preset.hparams else {}
+    return ExperimentConfig(
+        dataset=spec.dataset,
+        model=spec.model,
+        max_samples_per_client=spec.max_samples,
+        algorithms=(method,),
+        hparams=hp,
+        **dict(preset.base),
+    )
+
+
+def settings(base: ExperimentConfig, want: Sequence[str]) -> list[Setting]:
+    """The settings named in `want` among "cases" (Cases 1-3, 10 neighbors, gamma_th
+    5/10/15 with 4/3/2 selected), "n20" (20 neighbors, gamma_th 10, 3 selected) and "all"
+    (Case 1's network with every neighbor in training, no selection: Fig. 1's FL)."""
+    out = []
+    ten = paper_cases(base, 10, PAPER_WANTED, PAPER_GAMMAS)
+    if "cases" in want:
+        out += [Setting(c.name, c.config(base)) for c in ten]
+    if "n20" in want:
+        out.append(Setting("20 neighbors", network20_case(base).config(base)))
+    if "all" in want:
+        out.append(Setting("all clients", ten[0].config(base).replace(selection=False)))
+    return out
+
+
+def run_settings(
+    setting_list: Sequence[Setting],
+    grid: Mapping[str, Sequence[Any]],
+    seeds: Sequence[int],
+    cache: Path | None = None,
+) -> tuple[SweepResult, list[dict[str, Any]]]:
+    """Every setting x grid point x seed (`sweeps.grid.expand`: grid points in product order,
+    seeds innermost) as one `run_configs` call; the `SweepResult` (swept: "case", the grid
+    keys and the settings' `extra` labels; pFedWN's `PFEDWN_RECORDS` kept) and every run's
+    label and full config (for the CSV/JSON). With `cache`, a sweep already saved there with
+    the same runs is read back instead of run, and a new one is saved there."""
+    from pfedwn_jax.runner.api import run_configs
+    from pfedwn_jax.sweeps.grid import expand, run_config
+
+    configs, labels = [], []
+    for st in setting_list:
+        for spec in expand(st.config, list(seeds), grid):
+            configs.append(run_config(st.config, spec))
+            labels.append({"seed": spec.seed, "case": st.name, **spec.values, **dict(st.extra)})
+    swept = ("case", *grid, *dict(setting_list[0].extra))
+    runs = [{**lab, "config": c.to_dict()} for lab, c in zip(labels, configs, strict=True)]
+    if cache is not None and (done := _cached(cache, runs)) is not None:
+        return done, runs
+    t0 = time.perf_counter()
+    columns, meta, kept = run_configs(configs, labels, progress=False, records=PFEDWN_RECORDS)
+    meta["wall_s"] = time.perf_counter() - t0
+    res = SweepResult(columns, swept, meta, kept)
+    if cache is not None:
+        save_sweep(cache, res, runs)
+    return res, runs
+
+
+def _cached(folder: Path, runs: Sequence[Mapping[str, Any]]) -> SweepResult | None:
+    """The sweep saved in `folder` if it holds exactly these runs (same labels and configs),
+    so an interrupted reproduction continues where it stopped; else None."""
+    if not (folder / "runs.json").is_file() or not (folder / "sweep.json").is_file():
+        return None
+    saved = json.loads((folder / "runs.json").read_text())
+    if saved != json.loads(json.dumps(list(runs), default=str)):
+        return None
+    res = SweepResult.from_json(folder / "sweep.json")
+    if (folder / "records.npz").is_file():
+        with np.load(folder / "records.npz", allow_pickle=False) as f:
+            res = SweepResult(res.rows, res.swept, res.meta, {k: f[k] for k in f.files})
+    return res
+
+
+def save_sweep(folder: Path, res: SweepResult, runs: Sequence[Mapping[str, Any]]) -> None:
+    """rows.csv (every round of every run, with seed and labels), sweep.json, records.npz
+    (the kept records), then runs.json (what `_cached` checks: written last)."""
+    import io
+
+    from pfedwn_jax.io import atomic_write_text, atomic_write_with
+
+    folder.mkdir(parents=True, exist_ok=True)
+    res.to_csv(folder / "rows.csv")
+    res.to_json(folder / "sweep.json")
+    if res.records:
+        buf = io.BytesIO()
+        np.savez(buf, **res.records)
+        atomic_write_with(folder / "records.npz", lambda f: f.write(buf.getvalue()))
+    atomic_write_text(folder / "runs.json", json.dumps(list(runs), indent=1, default=str))
+
+
+def best_entry(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """The entry of highest validation `last_mean` (NaN ranks lowest; ties: first)."""
+    scores = [e["last_mean"] if np.isfinite(e["last_mean"]) else -np.inf for e in entries]
+    return entries[int(np.argmax(scores))]
+
+
+def choose(
+    res: SweepResult, grid_keys: Sequence[str], window: int, label: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """Per case and method (and extra label): the grid point of best validation accuracy
+    (mean of the last `window` rounds of `target_val_accuracy`) and the test statistics of
+    its runs. Each row: `label`, case, method, `chosen` values, seeds, val score, and for S in
+    final/last/max `S_mean`, `S_ci_low`, `S_ci_high` (test accuracy in %)."""
+    val = res.summary(window, metric="target_val_accuracy")
+    test = {_key(e, res.swept): e for e in res.summary(window)}
+    other = [k for k in res.swept if k not in grid_keys]
+    rows = []
+    for group in dict.fromkeys(tuple(e[k] for k in (*other, "method")) for e in val):
+        cands = [e for e in val if tuple(e[k] for k in (*other, "method")) == group]
+        best = best_entry(cands)
+        t = test[_key(best, res.swept)]
+        chosen = {k: best[k] for k in grid_keys}
+        picked = res.select({**{k: [best[k]] for k in res.swept}, "method": [best["method"]]})
+        row = {**label, **{k: best[k] for k in other}, "method": best["method"]}
+        row.update(chosen=chosen, seeds=sorted(set(picked.rows["seed"].tolist())), n=t["n"])
+        row.update(n_diverged=t["n_diverged"], val_last_mean=100 * best["last_mean"])
+        for s in STATS:
+            for part in ("mean", "ci_low", "ci_high"):
+                row[f"{s}_{part}"] = 100 * t[f"{s}_{part}"]
+        rows.append(row)
+    return rows
+
+
+def _key(entry: Mapping[str, Any], swept: Sequence[str]) -> tuple:
+    return (*(entry[k] for k in swept), entry["method"])
+
+
+def pick(res: SweepResult, row: Mapping[str, Any]) -> SweepResult:
+    """The runs of a table row (its case, extra labels and chosen grid point)."""
+    cond = {k: [row[k]] for k in res.swept if k in row}
+    cond.update({k: [v] for k, v in row["chosen"].items()})
+    return res.select({**cond, "method": [row["method"]]})
+
+
+def chosen_config(runs: Sequence[Mapping[str, Any]], row: Mapping[str, Any]) -> dict:
+    """The full config of the row's first-seed run (every run's config is in runs.json)."""
+    labels = {**row, **row["chosen"]}
+    for r in runs:
+        if r["seed"] == row["seeds"][0] and all(
+            labels.get(k) == v for k, v in r.items() if k not in ("seed", "config")
+        ):
+            return r["config"]
+    raise ValueError(f"no run matches table row {row['case']!r} / {row['method']!r}")
+
+
+def plan(preset: Preset, items: Sequence[str]) -> dict[str, dict[str, list[str]]]:
+    """Per dataset label and method, the settings the requested `items` need."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for spec in preset.datasets:
+        fig9 = "fig9" in items and spec.label == preset.fig9
+        want: dict[str, list[str]] = {}
+        for m in preset.methods:
+            w = []
+            fig8 = "fig8" in items and spec.label == preset.fig8 and m == "pfedwn"
+            if "table2" in items or fig9 or fig8:
+                w.append("cases")
+            if "table3" in items or fig9:
+                w.append("n20")
+            if "fig1" in items and spec.label == preset.fig1 and m == "fedavg":
+                w.append("all")
+            if w:
+                want[m] = w
+        if want:
+            out[spec.label] = want
+    return out
+
+
+def slug(text: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in text.lower()).strip("_")
+
+
+def variant_name(em_every: int, mix_components: bool) -> str:
+    return f"em_every={em_every}, mix {'components' if mix_components else 'received'}"
+
+
+def run_variants(
+    preset: Preset, spec: DataSpec, out: Path
+) -> tuple[list[dict[str, Any]], tuple[SweepResult, list[dict]]]:
+    """pFedWN's non-default EM variants as extra Table II rows, each tuned on its own over
+    pFedWN's grid on the validation split, like every method (a variant evaluated at the
+    default's chosen point would favour the default)."""
+    grid = preset.grids["pfedwn"]
+    sts = []
+    for every, mix in EM_VARIANTS[1:]:
+        base = dataset_base(preset, spec, "pfedwn")
+        hp = {**base.hparams.get("pfedwn", {}), "em_every": every, "mix_components": mix}
+        base = base.replace(hparams={**base.hparams, "pfedwn": hp})
+        extra = (("variant", variant_name(every, mix)),)
+        sts += [st._replace(extra=extra) for st in settings(base, ("cases",))]
+    folder = out / "sweeps" / f"{slug(spec.label)}_pfedwn_variants"
+    res, vruns = run_settings(sts, grid, preset.seeds, cache=folder)
+    label = {"dataset": spec.label, "sweep_wall_s": res.meta["wall_s"]}
+    rows = choose(res, list(grid), preset.window, label)
+    for r in rows:
+        r["config"] = chosen_config(vruns, r)
+        r["method"] = f"pfedwn ({r['variant']})"
+    return rows, (res, vruns)
+
+
+def run_tables(
+    preset: Preset, items: Sequence[str], out: Path, log: Callable[[str], None] = print
+) -> tuple[list[dict[str, Any]], dict[tuple[str, str], tuple[SweepResult, list[dict]]]]:
+    """Every sweep the items need; the chosen rows of every (dataset, setting, method) and
+    the sweeps by (dataset label, method)."""
+    rows: list[dict[str, Any]] = []
+    sweeps: dict[tuple[str, str], tuple[SweepResult, list[dict]]] = {}
+    todo = plan(preset, items)
+    for spec in preset.datasets:
+        for m, want in todo.get(spec.label, {}).items():
+            sts = settings(dataset_base(preset, spec, m), want)
+            folder = out / "sweeps" / f"{slug(spec.label)}_{m}"
+            res, runs = run_settings(sts, preset.grids[m], preset.seeds, cache=folder)
+            label = {"dataset": spec.label, "sweep_wall_s": res.meta["wall_s"]}
+            new = choose(res, list(preset.grids[m]), preset.window, label)
+            for r in new:
+                r["config"] = chosen_config(runs, r)
+            rows += new
+            sweeps[(spec.label, m)] = (res, runs)
+            log(f"{spec.label} {m}: {res.num_runs} runs in {res.meta['wall_s']:.0f} s")
+        if "table2" in items and spec.label in preset.variants:
+            new, sweeps[(spec.label, "pfedwn variants")] = run_variants(preset, spec, out)
+            rows += new
+            log(f"{spec.label} pFedWN EM variants done")
+    return rows, sweeps

@@ -1,0 +1,163 @@
+"""The reproduction's tables: chosen rows as CSV/JSON and Markdown, EM variants paired by seed."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from pfedwn_jax.reproduce.runs import STATS
+from pfedwn_jax.sweeps.result import SweepResult
+
+TABLE_COLUMNS = (
+    "dataset", "case", "method", "chosen", "seeds", "n", "n_diverged", "val_last_mean",
+    *(f"{s}_{p}" for s in STATS for p in ("mean", "ci_low", "ci_high")),
+    "sweep_wall_s", "config",
+)  # fmt: skip
+
+
+def write_table(rows: Sequence[Mapping[str, Any]], out: Path, name: str) -> dict[str, Path]:
+    """`name.csv` (one line per row; chosen and config as JSON) and `name.json`."""
+    import csv
+    import io
+
+    from pfedwn_jax.io import atomic_write_json, atomic_write_text
+
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(TABLE_COLUMNS)
+    for r in rows:
+        cells = {**r, "chosen": json.dumps(r["chosen"]), "config": json.dumps(r["config"])}
+        cells["seeds"] = " ".join(str(s) for s in r["seeds"])
+        w.writerow([cells.get(c, "") for c in TABLE_COLUMNS])
+    csv_path = atomic_write_text(out / f"{name}.csv", buf.getvalue())
+    doc = {"schema": "pfedwn-reproduce-table/1", "unit": "% target test accuracy",
+           "rows": [{c: r.get(c) for c in TABLE_COLUMNS} for r in rows]}  # fmt: skip
+    return {"csv": csv_path, "json": atomic_write_json(out / f"{name}.json", finite(doc))}
+
+
+def finite(obj: Any) -> Any:
+    """NaN/inf floats as None, recursively (strict JSON)."""
+    if isinstance(obj, float):
+        return obj if np.isfinite(obj) else None
+    if isinstance(obj, Mapping):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [finite(v) for v in obj]
+    return obj
+
+
+def cell(row: Mapping[str, Any], stat: str) -> str:
+    """`mean +- half-width` of the 95% interval, in % (the mean alone for one seed)."""
+    m, hi = row[f"{stat}_mean"], row[f"{stat}_ci_high"]
+    return f"{m:.1f}" if not np.isfinite(hi) else f"{m:.1f} ± {hi - m:.1f}"
+
+
+def markdown_table(
+    rows: Sequence[Mapping[str, Any]],
+    stat: str,
+    paper: Mapping[tuple[str, str], Mapping[str, float]] | None = None,
+) -> str:
+    """Methods x (case, dataset) in the paper's layout; the best mean per column in bold.
+    With `paper` (`paper_numbers.PAPER_MAX`) a cell reads `paper / ours` where the paper
+    has the number."""
+    cols = list(dict.fromkeys((r["case"], r["dataset"]) for r in rows))
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    at = {(r["method"], r["case"], r["dataset"]): r for r in rows}
+    best = {
+        c: max((at[m, *c][f"{stat}_mean"] for m in methods if (m, *c) in at), default=np.nan)
+        for c in cols
+    }
+    lines = ["| method | " + " | ".join(f"{c} {d}" for c, d in cols) + " |"]
+    lines.append("|---" * (len(cols) + 1) + "|")
+    for m in methods:
+        cells = []
+        for c in cols:
+            r = at.get((m, *c))
+            text = "" if r is None else cell(r, stat)
+            bold = r is not None and r[f"{stat}_mean"] == best[c]
+            text = f"**{text}**" if bold else text
+            theirs = (paper or {}).get(c, {}).get(m)
+            cells.append(text if theirs is None or r is None else f"{theirs:.1f} / {text}")
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def chosen_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The chosen hyperparameters per row, as Markdown."""
+    lines = ["| dataset | case | method | chosen | seeds | val last-5 (%) |", "|---" * 6 + "|"]
+    for r in rows:
+        ch = ", ".join(f"{k}={v}" for k, v in r["chosen"].items()) or "-"
+        seeds = ",".join(str(s) for s in r["seeds"])
+        lines.append(
+            f"| {r['dataset']} | {r['case']} | {r['method']} | {ch} | {seeds} | "
+            f"{r['val_last_mean']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def row_of(rows: Sequence[Mapping], dataset: str, case: str, method: str) -> Mapping[str, Any]:
+    for r in rows:
+        if (r["dataset"], r["case"], r["method"]) == (dataset, case, method):
+            return r
+    raise ValueError(f"no result for {dataset} / {case} / {method}")
+
+
+def _seed_scores(res: SweepResult, cond: Mapping[str, Any], window: int) -> dict[int, float]:
+    """Per seed, the mean target test accuracy (%) of the last `window` rounds of the runs
+    matching `cond` (one run per seed)."""
+    rows = res.select({k: [v] for k, v in cond.items()}).rows
+    last = rows["round"] > rows["round"].max() - window
+    seeds = np.unique(rows["seed"])
+    return {int(s): 100 * float(rows["target_accuracy"][last & (rows["seed"] == s)].mean())
+            for s in seeds}  # fmt: skip
+
+
+def paired_variants(rows, sweeps, window: int) -> list[dict[str, Any]]:
+    """Each EM variant row against the default pFedWN row of its dataset and case: the mean
+    and 95% Student-t half-width over seeds of the per-seed difference of the last-`window`
+    test accuracy (%), each at its own chosen point. Same seeds, so the pairing removes the
+    seed-to-seed spread that the tables' intervals carry."""
+    out = []
+    for v in (r for r in rows if "variant" in r):
+        d, c = v["dataset"], v["case"]
+        ref = row_of(rows, d, c, "pfedwn")
+        mine = _seed_scores(sweeps[(d, "pfedwn variants")][0],
+                            {"case": c, "variant": v["variant"], "method": "pfedwn",
+                             **v["chosen"]}, window)  # fmt: skip
+        base = _seed_scores(sweeps[(d, "pfedwn")][0],
+                            {"case": c, "method": "pfedwn", **ref["chosen"]}, window)  # fmt: skip
+        diff = np.asarray([mine[s] - base[s] for s in sorted(mine) if s in base])
+        half = (stats.t.ppf(0.975, diff.size - 1) * diff.std(ddof=1) / np.sqrt(diff.size)
+                if diff.size > 1 else np.nan)  # fmt: skip
+        out.append({"dataset": d, "case": c, "variant": v["variant"], "n": int(diff.size),
+                    "diff_mean": float(diff.mean()), "diff_half_width": float(half),
+                    "diffs": diff.round(4).tolist()})  # fmt: skip
+    return out
+
+
+def paired_table(pairs: Sequence[Mapping[str, Any]]) -> str:
+    """Markdown: variants x (case, dataset), cells `+d ± h` (points of accuracy)."""
+    cols = list(dict.fromkeys((r["case"], r["dataset"]) for r in pairs))
+    at = {(r["variant"], r["case"], r["dataset"]): r for r in pairs}
+    lines = ["| variant - default | " + " | ".join(f"{c} {d}" for c, d in cols) + " |"]
+    lines.append("|---" * (len(cols) + 1) + "|")
+    for name in dict.fromkeys(r["variant"] for r in pairs):
+        cells = [at.get((name, *c)) for c in cols]
+        text = [("" if r is None else f"{r['diff_mean']:+.1f} ± {r['diff_half_width']:.1f}")
+                for r in cells]  # fmt: skip
+        lines.append(f"| {name} | " + " | ".join(text) + " |")
+    return "\n".join(lines)
+
+
+def write_pairs(out: Path, pairs: Sequence[Mapping[str, Any]], window: int) -> Path:
+    from pfedwn_jax.io import atomic_write_json
+
+    doc = {"schema": "pfedwn-reproduce-em-variants/1", "window": window,
+           "unit": "points of % target test accuracy (variant - default, per seed)",
+           "pairs": list(pairs)}  # fmt: skip
+    return atomic_write_json(out / "em_variants.json", finite(doc))
