@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_sparse_neighbors import ADJ, make_ctx, random_params
+from toy_groups import make_ctx as toy_ctx
 
 from pfedwn_jax.algorithms import get_algorithm, make_hparams, neighbor_lists
 from pfedwn_jax.algorithms.common import init_baseline, local_update
@@ -21,6 +21,31 @@ from pfedwn_jax.engine import mix_sparse, neighbor_sq_dist
 from pfedwn_jax.engine.tree import by_columns, chunked_rows
 
 equal = lambda a, b: jax.tree.map(np.testing.assert_array_equal, a, b)
+# in-degrees 0, 3, 1, 2, 2, 0 (+ self): uneven, two rows without neighbors
+ADJ = np.array(
+    [
+        [1, 0, 0, 0, 0, 0],
+        [1, 1, 1, 0, 0, 1],
+        [0, 0, 1, 1, 0, 0],
+        [1, 0, 1, 1, 0, 0],
+        [0, 1, 0, 1, 1, 0],
+        [0, 0, 0, 0, 0, 1],
+    ],
+    bool,
+)
+CLASSES = [[0, 1], [0, 1], [2, 3], [1, 2], [0, 3], [3]]
+
+
+def make_ctx(is_target=None):
+    return toy_ctx(CLASSES, ADJ, np.ones(6, bool) if is_target is None else is_target)
+
+
+def random_params(s: int, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    return {
+        "a": jnp.asarray(rng.normal(size=(s, 3, 2)), jnp.float32),
+        "b": {"c": jnp.asarray(rng.normal(size=(s, 5)), jnp.float32)},
+    }
 
 
 def test_chunked_rows_pads_the_last_chunk_and_drops_it():
