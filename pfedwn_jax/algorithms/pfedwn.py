@@ -122,7 +122,7 @@ class PFedWNHParams:
         M-step 2, fine-tuned on the target's own data).
       chunk: targets whose EM runs at once (cross-evaluation, E-step, M-steps: each chunk
         holds its targets' ``K - 1`` components), the rest one chunk after another; 0
-        (default) picks the most whose working copies fit ``CHUNK_BYTES`` (``em_chunk``;
+        (default) picks the most whose working copies fit ``CHUNK_BYTES`` (``chunk_size``;
         the memory plan counts them). Results do not depend on it (tested bit for bit on
         the CPU); it trades memory for fewer, larger steps (an accelerator likes large).
     """
@@ -253,24 +253,30 @@ def aggregation_matrix(pi: jax.Array, a: float | jax.Array, apply: jax.Array) ->
     return jnp.where(has[:, None], mixed, eye)
 
 
-def em_chunk(params: Any, ctx: RoundContext, hp: PFedWNHParams) -> int:
+def materialises(hp: PFedWNHParams) -> bool:
+    """Whether the EM holds its components as models of their own (M-step 2 trains them, or
+    the E-step evaluates them); otherwise it reads the received models in the pool."""
+    return hp.pi_from != "received" or (hp.component_updates and hp.mix_components)
+
+
+def chunk_size(hp: PFedWNHParams, slots: int, width: int, model_bytes: int, samples: int) -> int:
     """Targets per chunk of the EM (static): ``hp.chunk``, or (0) as many as keep one chunk's
-    working copies under ``CHUNK_BYTES``: its ``K - 1`` components per target with optimizer
-    state where M-step 2 trains them (or the E-step evaluates them), else its losses,
-    responsibilities and masks ``3 x [K - 1, N]`` float32 (the received models are read from
-    the pool in ``cross_evaluate``'s own chunks). At most S."""
-    s, k = ctx.neighbors.shape
+    working copies under ``CHUNK_BYTES``: per target its ``width - 1`` components
+    (``model_bytes`` each, with optimizer state) where ``materialises``, else its losses,
+    responsibilities and masks ``3 x [width - 1, samples]`` float32. At most ``slots``."""
     if hp.chunk:
-        return min(hp.chunk, s)
-    if hp.component_updates and (hp.mix_components or hp.pi_from != "received"):
-        one = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), params)
-        opt = jax.eval_shape(ctx.tx.init, one)
-        per_model = slot_bytes(params) + sum(
-            a.size * a.dtype.itemsize for a in jax.tree.leaves(opt)
-        )
-    else:
-        per_model = 3 * 4 * int(ctx.train.y.shape[1])
-    return block_size(s, (k - 1) * per_model, CHUNK_BYTES)
+        return min(hp.chunk, slots)
+    per_entry = model_bytes if materialises(hp) else 3 * 4 * samples
+    return block_size(slots, max(width - 1, 1) * per_entry, CHUNK_BYTES)
+
+
+def em_chunk(params: Any, ctx: RoundContext, hp: PFedWNHParams) -> int:
+    """``chunk_size`` of a round's context and models (``params`` leaves ``[S, ...]``)."""
+    one = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), params)
+    opt = jax.eval_shape(ctx.tx.init, one)
+    model = slot_bytes(params) + sum(a.size * a.dtype.itemsize for a in jax.tree.leaves(opt))
+    s, k = ctx.neighbors.shape
+    return chunk_size(hp, s, k, model, int(ctx.train.y.shape[1]))
 
 
 def estimate_pi(
@@ -347,7 +353,7 @@ def _chunk_em(
     on_received = hp.pi_from == "received"
     fixed = losses_of(None) if on_received else None  # the E-step's losses, every step
     comps = None
-    if train or not on_received:
+    if train or not on_received:  # (``materialises``)
         models = take_slots(pool, source)
         comps = ClientState(models, jax.vmap(ctx.tx.init)(models))
     ids = em_pairs(ctx).inverse.reshape(-1, k1)[rows].reshape(-1)

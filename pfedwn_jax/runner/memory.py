@@ -40,13 +40,14 @@ import numpy as np
 from jax.extend import core as jcore
 
 from pfedwn_jax._checks import check_float, check_int, is_concrete
-from pfedwn_jax.algorithms import Algorithm, RoundContext, get_algorithm, make_hparams
+from pfedwn_jax.algorithms import Algorithm, RoundContext, get_algorithm, make_hparams, pfedwn
 from pfedwn_jax.algorithms.perfedavg import EVAL_CHUNK as PERFEDAVG_EVAL_CHUNK
 from pfedwn_jax.data import ClientData
 from pfedwn_jax.data.batching import steps_per_epoch
 from pfedwn_jax.devices import available_bytes  # the free memory of a device (re-exported)
 from pfedwn_jax.engine import ClientState, per_sample_ce, resolve_strategy, weighted_ce
-from pfedwn_jax.engine.evaluate import _EVAL_SAMPLES_PER_CHUNK
+from pfedwn_jax.engine.evaluate import eval_chunk
+from pfedwn_jax.engine.tree import BLOCK_ELEMENTS, block_size
 from pfedwn_jax.models import Model
 
 # bytes per minibatch entry of the schedule `slot_batches` draws: int32 index + bool mask
@@ -278,22 +279,29 @@ def _chunk_of(chunk: int | None, models: int) -> int:
 
 
 def _training(sz: _Sizes, models: int, steps: int, name: str, grads: int = 1) -> _Phase:
-    """Local training of `models` models: the round's new models; per model trained at once
-    a minibatch through `grads` forward-backward passes and its new parameters and optimizer
-    state (XLA writes the update into the gradient's buffer); the `[models, steps, B]`
-    schedule."""
+    """Local training of `models` models, in place (a loop writing each model back over
+    itself): per model trained at once a minibatch through `grads` forward-backward passes
+    and its new parameters and optimizer state (XLA writes the update into the gradient's
+    buffer); the `[models, steps, B]` schedule."""
     per_model = grads * sz.batch * sz.train_sample + sz.param + sz.opt
     schedule = models * steps * sz.batch * _SCHEDULE_BYTES
-    return _Phase(name, models * sz.param, _chunk_of(sz.chunk, models) * per_model + schedule)
+    return _Phase(name, 0, _chunk_of(sz.chunk, models) * per_model + schedule)
 
 
 def _evaluation(sz: _Sizes, pairs: int, samples: int, name: str, copies: int = 0) -> _Phase:
     """`cross_evaluate` of `pairs` (model, client) pairs on `samples` padded samples: a chunk
-    of pairs (and the remainder) through the forward pass, `[pairs, samples]` losses and
-    correctness."""
-    at_once = min(pairs, max(1, _EVAL_SAMPLES_PER_CHUNK // max(samples, 1)))
+    of pairs (`eval_chunk`, and the remainder) gathered and through the forward pass,
+    `[pairs, samples]` losses and correctness."""
+    at_once = min(pairs, eval_chunk(samples, sz.param))
     at_once += pairs % at_once  # lax.map's remainder runs as one more batch
-    return _Phase(name, copies, at_once * samples * sz.eval_sample + pairs * samples * 8)
+    chunk = at_once * (samples * sz.eval_sample + sz.param)
+    return _Phase(name, copies, chunk + pairs * samples * 8)
+
+
+def _mixing(sz: _Sizes, name: str = "mixing") -> _Phase:
+    """`mix_sparse` in place: one block of columns (`BLOCK_ELEMENTS`) gathered, accumulated
+    and sliced, float32."""
+    return _Phase(name, 0, 3 * 4 * min(sz.slots * sz.param // 4, BLOCK_ELEMENTS))
 
 
 def _plus(phase: _Phase, copies: int) -> _Phase:
@@ -301,23 +309,39 @@ def _plus(phase: _Phase, copies: int) -> _Phase:
 
 
 def _baseline(sz: _Sizes, hp: Any) -> list[_Phase]:
-    """Local, FedAvg and any algorithm without an entry of its own: train, evaluate."""
+    """Local, FedAvg and any algorithm without an entry of its own: train, mix, evaluate."""
     return [
         _training(sz, sz.slots, sz.steps, "local training"),
+        _mixing(sz),
         _evaluation(sz, sz.slots, sz.m_test, "evaluation"),
     ]
 
 
+def _local(sz: _Sizes, hp: Any) -> list[_Phase]:
+    """Local: train and evaluate (nothing is mixed)."""
+    train, _, evaluation = _baseline(sz, hp)
+    return [train, evaluation]
+
+
 def _fedprox(sz: _Sizes, hp: Any) -> list[_Phase]:
     """FedProx: the anchor (round-start models) stays live through training."""
-    train, evaluation = _baseline(sz, hp)
-    return [_plus(train, sz.slots * sz.param), evaluation]
+    train, *rest = _baseline(sz, hp)
+    return [_plus(train, sz.slots * sz.param), *rest]
 
 
 def _fedamp(sz: _Sizes, hp: Any) -> list[_Phase]:
-    """FedAMP: the cloud models `u`, the `[S, S]` distances and attention weights."""
-    train, evaluation = _baseline(sz, hp)
-    return [_plus(train, sz.slots * sz.param + 2 * 4 * sz.slots**2), evaluation]
+    """FedAMP: the cloud models `u` live through training, and XLA:CPU trains a copy of the
+    models in the driver's block program (measured: two copies besides the state); the
+    distances over chunks of targets (`neighbor_sq_dist`: a chunk's own and gathered
+    models). Without `detach_attention` every slot's `K` received models `[S, K, ...]`."""
+    train, mixing, evaluation = _baseline(sz, hp)
+    width = sz.pairs // sz.slots + 1
+    chunk = getattr(hp, "chunk", 0) or block_size(sz.slots, sz.param // 4)
+    distances = _Phase("FedAMP distances", 0, 2 * max(chunk, 2) * sz.param)
+    held = 2 * sz.slots * sz.param
+    if not getattr(hp, "detach_attention", True):
+        held += sz.slots * width * sz.param
+    return [_plus(train, held), mixing, distances, evaluation]
 
 
 def _perfedavg(sz: _Sizes, hp: Any) -> list[_Phase]:
@@ -339,24 +363,31 @@ def _perfedavg(sz: _Sizes, hp: Any) -> list[_Phase]:
 
 
 def _pfedwn(sz: _Sizes, hp: Any) -> list[_Phase]:
-    """pFedWN: besides training and evaluation, EM over the (target, neighbor) pairs: P
-    component models with optimizer state (scan carry in and out), the `[S, K, n]` losses,
-    responsibilities and masks, `[P, n]` losses and weights; their evaluation on the targets'
-    data and their responsibility-weighted training."""
+    """pFedWN: besides training, mixing and evaluation, the EM over chunks of `C` targets
+    (`pfedwn.chunk_size`): the chunk's `C (K - 1)` components with optimizer state (scan
+    carry in and out) where it holds them (`pfedwn.materialises`), their evaluation on the
+    targets' data and their responsibility-weighted training; the `[S, K - 1, n]` losses,
+    responsibilities and the refinement's temporaries of every target. With
+    `mix_components`, the mixed models are a new array (the components come from the old)."""
     phases = _baseline(sz, hp)
-    p = sz.pairs
-    if p == 0:
+    if sz.pairs == 0:
         return phases
-    lists = p + sz.slots  # S K entries
-    held = 2 * p * (sz.param + sz.opt) + 3 * 4 * lists * sz.m_train + 12 * p * sz.m_train
-    epochs = getattr(hp, "component_epochs", 1)
-    em_eval = _evaluation(sz, p, sz.m_train, "pFedWN EM")
-    em_train = _training(sz, p, sz.epoch_steps * epochs, "pFedWN EM")
-    em = _Phase("pFedWN EM", held, em_eval.activations + em_train.activations)
+    width = sz.pairs // sz.slots + 1
+    model = sz.param + sz.opt
+    entries = pfedwn.chunk_size(hp, sz.slots, width, model, sz.m_train) * (width - 1)
+    comps = 2 * entries * model if pfedwn.materialises(hp) else 0
+    activations = _evaluation(sz, entries, sz.m_train, "pFedWN EM").activations
+    if hp.component_updates and pfedwn.materialises(hp):
+        steps = sz.epoch_steps * hp.component_epochs
+        activations += _training(sz, entries, steps, "pFedWN EM").activations
+    em = _Phase("pFedWN EM", 4 * 4 * sz.pairs * sz.m_train + comps, activations)
+    if hp.mix_components and hp.component_updates:
+        return [*phases, em, _Phase("pFedWN EM mixing", sz.slots * sz.param + comps, 0)]
     return [*phases, em]
 
 
 _PHASES: dict[str, Callable[[_Sizes, Any], list[_Phase]]] = {
+    "local": _local,
     "fedprox": _fedprox,
     "fedamp": _fedamp,
     "perfedavg": _perfedavg,
