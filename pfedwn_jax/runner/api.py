@@ -9,11 +9,8 @@ single run splits its slots over the devices (`"slots"`); several runs split the
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
-import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +24,7 @@ from pfedwn_jax.engine.sharding import slot_mesh
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.experiment.divergence import check_policy
 from pfedwn_jax.experiment.setup import Experiment, environment, setup
+from pfedwn_jax.interrupts import interrupt_guard
 from pfedwn_jax.io import check_writable_dir
 from pfedwn_jax.results.table import Table
 from pfedwn_jax.runner.checkpoint import Checkpoint, fingerprint
@@ -51,26 +49,6 @@ def check_records(records: Any) -> Any:
     if isinstance(records, str) or not all(isinstance(k, str) for k in records):
         raise ValueError(f"records must be 'all' or a list of record names; got {records!r}")
     return tuple(records)
-
-
-@contextlib.contextmanager
-def interrupt_guard() -> Iterator[None]:
-    """A first Ctrl-C interrupts as usual (saves finish, the checkpoint stays intact); a second
-    one exits at once with status 130 instead of interrupting the clean-up."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.getsignal(signal.SIGINT)
-
-    def first(signum: int, frame: Any) -> None:
-        signal.signal(signal.SIGINT, lambda *_: os._exit(130))
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGINT, first)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def _open_checkpoint(
