@@ -27,7 +27,7 @@ from pfedwn_jax.experiment.setup import Experiment, environment, setup
 from pfedwn_jax.interrupts import interrupt_guard
 from pfedwn_jax.io import check_writable_dir
 from pfedwn_jax.results.table import Table
-from pfedwn_jax.runner.checkpoint import Checkpoint, fingerprint
+from pfedwn_jax.runner.checkpoint import Checkpoint, fingerprint, job_of
 from pfedwn_jax.runner.execute import Options, execute
 from pfedwn_jax.runner.program import ALL, RUNS, check_mesh
 from pfedwn_jax.runner.writers import CallbackWriter
@@ -60,7 +60,7 @@ def _open_checkpoint(
         raise ValueError("resume and overwrite exclude each other; give one of them")
     runs = [{"config": e.config.to_dict(), "data": e.data_fingerprint} for e in exps]
     mode = "resume" if resume else "overwrite" if overwrite else "new"
-    return Checkpoint(path, fingerprint(runs, extra), mode)
+    return Checkpoint(path, fingerprint(runs, extra), mode, job_of(runs, extra))
 
 
 def execute_runs(
