@@ -254,6 +254,24 @@ def test_two_processes_cannot_write_one_checkpoint(tmp_path):
     run(cfg, progress=False, checkpoint=path)  # the lock is released on exit
 
 
+def test_a_busy_or_interrupted_checkpoint_is_refused_before_the_set_up(tmp_path, monkeypatch):
+    from pfedwn_jax.runner import api
+
+    cfg = ExperimentConfig(**{**TINY, "rounds": 2, "algorithms": ("local",)})
+    path = tmp_path / "ckpt"
+    with pytest.raises(Stop):
+        run(cfg, progress=False, checkpoint=path, block=1, callback=stop_at("local", 1))
+    monkeypatch.setattr(api, "setup_runs", lambda configs: pytest.fail("set up first"))
+    with pytest.raises(ValueError, match="holds an interrupted run"):
+        run(cfg, progress=False, checkpoint=path)
+    lock = ckpt._lock(path)  # another job writing it
+    for mode in ({}, {"resume": True}, {"overwrite": True}):
+        with pytest.raises(ValueError, match=r"in use by another process \(it holds .*\.lock\)"):
+            run(cfg, progress=False, checkpoint=path, **mode)
+    lock.close()
+    assert (path / "state").is_dir()
+
+
 def test_sharded_state_is_written_per_shard_and_restored_onto_the_template(tmp_path):
     """A state split over the 2 test devices (and a replicated leaf), committed asynchronously
     and donated right after (as the driver does), comes back equal and on the template's

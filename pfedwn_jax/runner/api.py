@@ -27,7 +27,7 @@ from pfedwn_jax.experiment.setup import Experiment, environment, setup
 from pfedwn_jax.interrupts import interrupt_guard
 from pfedwn_jax.io import check_writable_dir
 from pfedwn_jax.results.table import Table
-from pfedwn_jax.runner.checkpoint import Checkpoint, fingerprint, job_of
+from pfedwn_jax.runner.checkpoint import Checkpoint, check_available, fingerprint, job_of
 from pfedwn_jax.runner.execute import Options, execute
 from pfedwn_jax.runner.program import ALL, RUNS, check_mesh
 from pfedwn_jax.runner.writers import CallbackWriter
@@ -123,10 +123,16 @@ def options_of(
     )
 
 
-def check_checkpoint_path(path: str | Path | None) -> None:
-    """A checkpoint directory that cannot be written fails before any work."""
+def check_checkpoint_path(
+    path: str | Path | None, resume: bool = False, overwrite: bool = False
+) -> None:
+    """Before any work: a checkpoint directory that cannot be written, that another process
+    is writing, or (without `resume` or `overwrite`) that holds an interrupted job fails."""
     if path is not None:
         check_writable_dir(path, "checkpoint")
+        if resume and overwrite:
+            raise ValueError("resume and overwrite exclude each other; give one of them")
+        check_available(path, "resume" if resume else "overwrite" if overwrite else "new")
 
 
 def setup_runs(configs: Sequence[ExperimentConfig]) -> tuple[list[Experiment], float]:
@@ -212,7 +218,7 @@ def runs(
         checkpoint_every=checkpoint_every,
         writers=writers_with(writers, callback),
     )
-    check_checkpoint_path(checkpoint)
+    check_checkpoint_path(checkpoint, resume, overwrite)
     exps, setup_s = setup_runs(configs)
     table, meta = execute_runs(
         exps,
@@ -322,7 +328,7 @@ def run_configs(
         max_runs=max_runs,
         writers=writers,
     )
-    check_checkpoint_path(checkpoint)
+    check_checkpoint_path(checkpoint, resume, overwrite)
     exps, setup_s = setup_runs(configs)
     labels = list(labels) if labels is not None else labels_of(configs)
     table, meta = execute_runs(

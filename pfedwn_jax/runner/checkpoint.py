@@ -183,16 +183,7 @@ class Checkpoint:
             self._release()
 
     def _take_lock(self) -> None:
-        f = (self.dir / LOCK).open("a+")
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            f.close()
-            raise ValueError(
-                f"checkpoint {self.dir} is in use by another process; wait for it to end or "
-                "choose another output directory"
-            ) from None
-        self._lock = f
+        self._lock = _lock(self.dir)
 
     def _release(self) -> None:
         if self._lock is not None:
@@ -201,12 +192,7 @@ class Checkpoint:
 
     def exists(self) -> bool:
         """Whether the directory holds a checkpoint (of any version)."""
-        if any((self.dir / name).exists() for name in OLD_FILES):
-            return True
-        blocks = self.dir / BLOCKS
-        return state_store.latest(self.dir / STATE) is not None or (
-            blocks.is_dir() and any(blocks.iterdir())
-        )
+        return holds_checkpoint(self.dir)
 
     def _open(self) -> None:
         with _OrbaxSilenced():
@@ -216,10 +202,7 @@ class Checkpoint:
         if not self.exists():
             return
         if self.mode == "new":
-            raise ValueError(
-                f"checkpoint {self.dir} holds an interrupted run: pass resume=True (--resume) "
-                "to continue it, or overwrite=True (--overwrite) to discard it"
-            )
+            raise _interrupted(self.dir)
         if self.mode == "overwrite":
             self.remove()
             return
@@ -332,6 +315,53 @@ class Checkpoint:
         for name in (*OLD_FILES, JOB):
             with contextlib.suppress(FileNotFoundError):
                 (self.dir / name).unlink()
+
+
+def check_available(directory: str | Path, mode: str = "new") -> None:
+    """Before any work: `ValueError` when another process holds the checkpoint in `directory`,
+    or (`mode` "new") when it holds an interrupted job. `Checkpoint` checks both again when
+    it opens; this only makes a refusal come before the job's set-up. Creates nothing."""
+    directory = Path(directory)
+    if not is_writer() or not directory.is_dir():
+        return
+    if (directory / LOCK).is_file():
+        _lock(directory).close()
+    if mode == "new":
+        with _OrbaxSilenced():
+            if holds_checkpoint(directory):
+                raise _interrupted(directory)
+
+
+def holds_checkpoint(directory: Path) -> bool:
+    """Whether `directory` holds a checkpoint (of any version)."""
+    if any((directory / name).exists() for name in OLD_FILES):
+        return True
+    blocks = directory / BLOCKS
+    return state_store.latest(directory / STATE) is not None or (
+        blocks.is_dir() and any(blocks.iterdir())
+    )
+
+
+def _lock(directory: Path) -> Any:
+    """The open, exclusively locked `.lock` file of `directory`; `ValueError` when another
+    process holds it."""
+    f = (directory / LOCK).open("a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        raise ValueError(
+            f"checkpoint {directory} is in use by another process (it holds {directory / LOCK}); "
+            "wait for it to end or choose another output directory"
+        ) from None
+    return f
+
+
+def _interrupted(directory: Path) -> ValueError:
+    return ValueError(
+        f"checkpoint {directory} holds an interrupted run: pass resume=True (--resume) to "
+        "continue it, or overwrite=True (--overwrite) to discard it"
+    )
 
 
 def _block_name(entry: Sequence[Any]) -> str:
