@@ -40,8 +40,9 @@ TIMEOUT = 300
 
 # --------------------------------------------------------------------------- processes
 def _popen(argv: list[str], cwd: Path) -> subprocess.Popen:
-    """`python -m pfedwn_jax *argv` with stdout and stderr pipes and Ctrl-C at its default
-    (a shell's background job would ignore it)."""
+    """`python -m pfedwn_jax *argv` with stdout and stderr pipes. (No `preexec_fn` to reset
+    SIGINT: Python code between fork and exec can deadlock in a process running JAX's
+    threads, and the command's guard takes SIGINT over even where this process ignores it.)"""
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     return subprocess.Popen(
         [sys.executable, "-m", "pfedwn_jax", *map(str, argv)],
@@ -50,7 +51,6 @@ def _popen(argv: list[str], cwd: Path) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 

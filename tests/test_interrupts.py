@@ -76,7 +76,6 @@ def test_a_second_sigint_and_an_interrupted_command_exit_130_at_once():
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         for code in (SECOND_SIGINT, INTERRUPTED_COMMAND)
     ]
