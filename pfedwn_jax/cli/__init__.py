@@ -10,7 +10,9 @@ Each subcommand lives in its own module exposing `add_parser(subparsers)`; the p
   read-only meanwhile), printed with the path it concerns: the input was fine, the system
   failed, so the status differs from a usage error;
 - exit status 3 (`pfedwn run`): finished and wrote its results, but a method diverged;
-- exit status 130: interrupted (Ctrl-C).
+- exit status 130: interrupted (Ctrl-C): the first Ctrl-C stops the work cleanly (a run's or
+  sweep's checkpoint keeps its last complete step; the command says how to resume), a second
+  one exits at once, also with 130 (`pfedwn_jax.interrupts`). Never a traceback or a crash.
 
 The scripts (`scripts/reproduce.py`, `scripts/robustness.py`) share the parser, the error
 handling and the argument checks (`cli.common`).
