@@ -266,3 +266,61 @@ def test_docs_example_registers_and_runs(registry_cleanup):
     assert result.config.model == "mine" and "mine" in available_models()
     acc = result.target_accuracy("fedavg")
     assert acc.shape == (2,) and np.all(acc > 0.3)  # chance is 0.1
+
+
+# --------------------------------------------------------------------------- contract
+class _WithBatchNorm(nnx.Module):
+    def __init__(self, input_shape, num_classes, *, rngs: nnx.Rngs):
+        self.out = nnx.Linear(int(np.prod(input_shape)), num_classes, rngs=rngs)
+        self.norm = nnx.BatchNorm(num_classes, rngs=rngs)
+
+    def __call__(self, x):
+        return self.norm(self.out(x.astype(jnp.float32).reshape(x.shape[0], -1)))
+
+
+class _WithDropout(nnx.Module):
+    """Dropout with its own stream (the builder's rngs hold `params` only)."""
+
+    def __init__(self, input_shape, num_classes, *, rngs: nnx.Rngs):
+        self.out = nnx.Linear(int(np.prod(input_shape)), num_classes, rngs=rngs)
+        self.drop = nnx.Dropout(0.5, rngs=nnx.Rngs(dropout=0))
+
+    def __call__(self, x):
+        return self.drop(self.out(x.astype(jnp.float32).reshape(x.shape[0], -1)))
+
+
+class _DropoutFromBuilderRngs(_WithDropout):
+    def __init__(self, input_shape, num_classes, *, rngs: nnx.Rngs):
+        self.out = nnx.Linear(int(np.prod(input_shape)), num_classes, rngs=rngs)
+        self.drop = nnx.Dropout(0.5, rngs=rngs)  # asks for a 'dropout' stream
+
+
+def _linen_batchnorm(input_shape, num_classes, *, rngs: nnx.Rngs):
+    """A flax linen module with a `batch_stats` collection, through `nnx.bridge`."""
+    import flax.linen as nn
+
+    class Net(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            z = nn.Dense(num_classes)(x.astype(jnp.float32).reshape(x.shape[0], -1))
+            return nn.BatchNorm(use_running_average=True)(z)
+
+    module = nnx.bridge.ToNNX(Net(), rngs=rngs)
+    return nnx.bridge.lazy_init(module, jnp.zeros((1, *input_shape), jnp.uint8))
+
+
+@pytest.mark.parametrize(
+    ("builder", "match"),
+    [
+        (_WithBatchNorm, r"in norm \(BatchNorm\): mean: BatchNorm running statistics"),
+        (_linen_batchnorm, r"BatchNorm_0\.mean: BatchNorm running statistics"),
+        (_WithDropout, r"in drop \(Dropout\): rngs\.count: an RNG stream"),
+        (_DropoutFromBuilderRngs, r"No RngStream named 'dropout'.*\(nnx\.Dropout\) are not"),
+    ],
+)
+def test_model_with_non_parameter_state_is_refused(registry_cleanup, builder, match):
+    register_model("stateful", builder)
+    with pytest.raises(ValueError, match=match) as err:
+        get_model("stateful", 3, (4, 4, 1))
+    assert "model 'stateful'" in str(err.value)
+    assert "GroupNorm or LayerNorm" in str(err.value) and "instead of BatchNorm" in str(err.value)

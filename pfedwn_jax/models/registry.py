@@ -204,7 +204,9 @@ def _check_abstract(
     """
     x = jax.ShapeDtypeStruct((2, *input_shape), jnp.uint8)
     try:
-        graphdef, state = nnx.split(nnx.eval_shape(lambda: make(jax.random.key(0))))
+        module = nnx.eval_shape(lambda: make(jax.random.key(0)))
+        check_parameters_only(name, module)
+        graphdef, state = nnx.split(module)
         params = nnx.to_pure_dict(state)
         out = jax.eval_shape(lambda p, x: nnx.merge(graphdef, p)(x), params, x)
     except ValueError:
@@ -213,7 +215,7 @@ def _check_abstract(
         raise ValueError(
             f"model {name!r} cannot be built for input_shape {input_shape} and "
             f"num_classes={num_classes} or run on uint8 images [B, H, W, C]: "
-            f"{type(e).__name__}: {e}"
+            f"{type(e).__name__}: {e}{_rng_hint(e)}"
         ) from e
     shape, dtype = getattr(out, "shape", None), getattr(out, "dtype", None)
     if shape != (2, num_classes) or not jnp.issubdtype(dtype, jnp.floating):
@@ -223,6 +225,55 @@ def _check_abstract(
             f"returned {shape} {dtype}"
         )
     return graphdef
+
+
+NOT_PARAMETERS_HINT = (
+    "The engine stacks, trains and averages parameters (nnx.Param) only, so any other state "
+    "would be averaged across clients as if it were a parameter. Use a per-sample "
+    "normalisation, GroupNorm or LayerNorm (nnx.GroupNorm, nnx.LayerNorm), instead of "
+    "BatchNorm, and no dropout (or dropout without its own rngs, deterministic=True)."
+)
+
+
+def check_parameters_only(name: str, module: nnx.Module) -> None:
+    """Raise `ValueError` naming the layers of `module` that hold state other than `nnx.Param`:
+    BatchNorm running statistics (nnx.BatchNorm, or a linen BatchNorm's `batch_stats` through
+    `nnx.bridge`), a layer's own RNG stream (nnx.Dropout(rngs=...)), any other variable."""
+    others = nnx.to_flat_state(nnx.state(module, nnx.Not(nnx.Param)))
+    if not others:
+        return
+    layers = {p: type(n).__name__ for p, n in nnx.iter_graph(module) if isinstance(n, nnx.Module)}
+    found: dict[str, list[str]] = {}
+    for path, variable in others:
+        owner = max((p for p in layers if path[: len(p)] == p), key=len)
+        where = ".".join(map(str, owner)) or "the model"
+        found.setdefault(f"{where} ({layers[owner]})", []).append(
+            f"{'.'.join(map(str, path[len(owner) :]))}: {_state_kind(variable)}"
+        )
+    listed = "; ".join(f"{layer}: {', '.join(items)}" for layer, items in found.items())
+    raise ValueError(
+        f"model {name!r} has state that is not a parameter, in {listed}. " + NOT_PARAMETERS_HINT
+    )
+
+
+def _state_kind(variable: Any) -> str:
+    """What a non-parameter variable is, in the words of the layer that makes it."""
+    kind = type(variable).__name__
+    if isinstance(variable, nnx.BatchStat):
+        return f"BatchNorm running statistics ({kind})"
+    if isinstance(variable, nnx.RngState):
+        return f"an RNG stream such as Dropout's ({kind})"
+    return f"mutable state ({kind})"
+
+
+def _rng_hint(error: Exception) -> str:
+    """A hint for a layer that asked the builder's `rngs` for a stream other than `params`."""
+    if isinstance(error, KeyError) and "RngStream" in str(error):
+        return (
+            "; the builder's rngs hold the 'params' stream only: layers with their own random "
+            f"state (nnx.Dropout) are not supported. {NOT_PARAMETERS_HINT}"
+        )
+    return ""
 
 
 def check_model_fits(model: Model, input_shape: Any, num_classes: int | None = None) -> None:
