@@ -170,8 +170,10 @@ def test_get_model_validation_and_caching():
         get_model("mlp", 1, (28, 28, 1))
     with pytest.raises(ValueError, match=r"num_classes must be an integer; got \(28, 28, 1\)"):
         get_model("mlp", (28, 28, 1), 10)  # arguments swapped
-    with pytest.raises(ValueError, match="input_shape"):
-        get_model("mlp", 10, (28, 28))
+    with pytest.raises(ValueError, match=r"input_shape must be a non-empty tuple.*\(28, 0\)"):
+        get_model("mlp", 10, (28, 0))
+    with pytest.raises(ValueError, match=r"input_shape must be a non-empty tuple.*got \(\)"):
+        get_model("mlp", 10, ())
     assert get_model("mlp", 10, (28, 28, 1)) is get_model("mlp", 10, [28, 28, 1])
     m = get_model("logreg", 10, (28, 28, 1))
     check_model_fits(m, (28, 28, 1), 10)
@@ -244,7 +246,9 @@ def test_registered_model_that_fails_to_run_raises_value_error(registry_cleanup)
         return _Tiny((2, 2, 1), num_classes, rngs=rngs)  # Linear expects 4 features, gets 16
 
     register_model("u1", wrong_input_size)
-    with pytest.raises(ValueError, match=r"model 'u1' cannot be built for input_shape \(4, 4, 1\)"):
+    with pytest.raises(
+        ValueError, match=r"model 'u1' cannot be built or run on uint8 inputs \(2, 4, 4, 1\)"
+    ):
         get_model("u1", 3, (4, 4, 1))
 
 

@@ -107,10 +107,13 @@ def load_data(config: ExperimentConfig) -> FederatedData:
         raise ValueError(f"partition: {e}") from None
 
 
-def build_model(config: ExperimentConfig, num_classes: int, input_shape: tuple[int, ...]):
+def build_model(
+    config: ExperimentConfig, num_classes: int, input_shape: tuple[int, ...], input_dtype="uint8"
+):
     """The engine `Model`; a model that does not fit the data fails naming `model`."""
     try:
-        return get_model(config.model, num_classes, tuple(int(s) for s in input_shape))
+        shape = tuple(int(s) for s in input_shape)
+        return get_model(config.model, num_classes, shape, input_dtype=input_dtype)
     except ValueError as e:
         raise ValueError(f"model: {config.model!r} does not fit the data: {e}") from None
 
@@ -201,7 +204,7 @@ def setup(config: ExperimentConfig, shards: int | None = None) -> Experiment:
     Every check that needs the data (does the model fit?) fails here with a `ValueError`.
     """
     data = load_data(config)
-    model = build_model(config, data.num_classes, data.train.x.shape[2:])
+    model = build_model(config, data.num_classes, data.train.x.shape[2:], data.train.x.dtype)
     fed = mobile_federation(build_federation(config), config)
     ctx = build_context(config, fed, data, model)
     test, val = jax.tree_util.tree_map(jnp.asarray, (data.test, data.val))
