@@ -74,7 +74,8 @@ class Result:
         (None, or `{"round", "slots", "clients"}`: the first diverged round, counted from 1;
         a method stopped there has fewer than `config.rounds` rounds). Loaded from a compact
         file, the per-slot entries are NumPy arrays (`record_dtype`), not lists.
-      environment: jax version, backend, devices.
+      environment: jax version, backend, devices, and `provenance` (package version, git
+        commit, library versions, device kind).
       timings: `setup_s` (data + network), `total_s`.
     """
 

@@ -74,6 +74,7 @@ from pfedwn_jax.experiment.links import (
 from pfedwn_jax.experiment.results import Result, append_round, finish_entry, new_entry, round_row
 from pfedwn_jax.io import check_writable_dir
 from pfedwn_jax.models import get_model
+from pfedwn_jax.provenance import provenance
 
 ProgressCallback = Callable[[str, int, dict[str, Any]], None]
 # after_round(rounds_done, entry, state, row, finished): `run_method` calls it after every round
@@ -154,11 +155,12 @@ def build_context(
 
 
 def environment() -> dict[str, Any]:
-    """The `environment` entry of the results: jax version, backend, devices."""
+    """The `environment` entry of the results: jax version, backend, devices, `provenance`."""
     return {
         "jax": jax.__version__,
         "backend": jax.default_backend(),
         "devices": [str(d) for d in jax.devices()],
+        "provenance": provenance(),
     }
 
 
