@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from pfedwn_jax import frames
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.io import atomic_write_json, atomic_write_with
 
@@ -125,6 +126,12 @@ class Result:
             name: {"max": m["max_target_accuracy"], "final": m["final_target_accuracy"]}
             for name, m in self.methods.items()
         }
+
+    def to_pandas(self) -> Any:
+        """A tidy `pandas.DataFrame`, one row per method x round: target accuracy and loss,
+        client-accuracy mean and quantiles, per-round scalar records
+        (`pfedwn_jax.frames.result_columns`). Needs pandas (the `analysis` extra)."""
+        return frames.pandas_module("Result.to_pandas()").DataFrame(frames.result_columns(self))
 
     @property
     def compact(self) -> bool:
