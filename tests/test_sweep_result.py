@@ -487,3 +487,42 @@ def test_load_refuses_wrong_paths_with_named_errors(tmp_path):
             SweepResult.load(path)
     with pytest.raises(ValueError, match=r"is a directory; SweepResult\.load\(directory\)"):
         SweepResult.from_json(tmp_path / "out")
+
+
+def _captured(monkeypatch) -> list:
+    """Figures passed to the sweep's `save_figure` (nothing is written)."""
+    figures: list = []
+    monkeypatch.setattr(
+        "pfedwn_jax.sweeps.result.save_figure", lambda fig, path: figures.append(fig) or path
+    )
+    return figures
+
+
+def test_one_varying_key_is_plotted_against_its_values(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    grid = {"lr": [0.01, 0.05, 0.2], "pfedwn.a": [0.5]}  # pfedwn.a swept but fixed
+    result = make_result(grid=grid)
+    assert result.varying == ("lr",)
+    figures = _captured(monkeypatch)
+    result.plot_vs_key(tmp_path / "v.png", stat="max", window=3)
+    ((ax,),) = [fig.axes for fig in figures]
+    assert ax.get_xlabel() == "lr" and ax.get_xscale() == "log"  # 0.01..0.2: a factor of 20
+    for method, line in zip(METHODS, ax.lines[:: len(ax.lines) // 2], strict=True):
+        entries = [e for e in result.summary(3) if e["method"] == method]
+        np.testing.assert_allclose(line.get_xdata(), [0.01, 0.05, 0.2])
+        np.testing.assert_allclose(line.get_ydata(), [100 * e["max_mean"] for e in entries])
+    bars = ax.collections[0].get_segments()  # the first method's error bars, clipped to 100 %
+    top = [100 * min(e["max_ci_high"], 1.0) for e in result.summary(3) if e["method"] == "local"]
+    np.testing.assert_allclose([seg[:, 1].max() for seg in bars], top)
+
+
+def test_save_plots_a_one_key_sweep_and_refuses_other_shapes(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    paths = make_result(grid={"method_kind": ["a", "b"]}).save(tmp_path / "one")
+    assert paths["vs_method_kind"].name == "vs_method_kind.png" and "curves" in paths
+    two = make_result()  # two varying keys: a heatmap, no plot against one key
+    assert not any(name.startswith("vs_") for name in two.save(tmp_path / "two"))
+    with pytest.raises(ValueError, match=r"exactly one varying key; this sweep varies \['lr', "):
+        two.plot_vs_key(tmp_path / "v.png")
+    with pytest.raises(ValueError, match=r"varies \[\]"):
+        make_result(grid={}).plot_vs_key(tmp_path / "v.png")

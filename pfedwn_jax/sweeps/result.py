@@ -16,6 +16,7 @@ import functools
 import io
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ ROUND_COLUMNS["diverged"] = "bool"
 COLUMNS = (*RUN_COLUMNS, *ROUND_COLUMNS)
 # per-run statistics of target accuracy: last round, mean of the last `window` rounds, maximum
 STATS = ("final", "last", "max")
+_BAR = ("mean", "ci_low", "ci_high")  # the summary entries an error bar is drawn from
 LEVEL = 0.95  # confidence level of every interval
 _NUMPY_KINDS = {"int": "iu", "float": "fiu", "bool": "b", "str": "U"}
 _SWEPT_KINDS = "biufU"
@@ -221,6 +223,12 @@ class SweepResult:
         """Methods in order of first appearance."""
         first, _ = _codes([self.rows["method"]], len(self))
         return tuple(self.rows["method"][first].tolist()) if len(self) else ()
+
+    @property
+    def varying(self) -> tuple[str, ...]:
+        """The swept keys that take more than one value in the rows (a grid list of one value
+        is swept but does not vary)."""
+        return tuple(k for k in self.swept if np.unique(self.rows[k]).size > 1)
 
     @property
     def num_runs(self) -> int:
@@ -486,6 +494,7 @@ class SweepResult:
     def save(self, out_dir: str | Path, window: int = 5) -> dict[str, Path]:
         """Write `rows.csv`, `sweep.json`, `summary.json` and, with matplotlib, `curves.png`
         and (2-D grid) `heatmap_METHOD.png` per method into `out_dir`; returns name -> path.
+        With exactly one varying key (`varying`) also `vs_KEY.png` (`plot_vs_key`).
         `SweepResult.load(out_dir)` reads it back."""
         out = check_writable_dir(out_dir)
         summary = {"schema": SUMMARY_SCHEMA, "window": window, "level": LEVEL}
@@ -497,6 +506,10 @@ class SweepResult:
         if pyplot() is None or len(self) == 0:
             return paths
         paths["curves"] = self.plot_curves(out / "curves.png")
+        if len(self.varying) == 1:
+            key = self.varying[0]
+            name = "vs_" + re.sub(r"[^A-Za-z0-9._-]", "_", key)
+            paths[name] = self.plot_vs_key(out / f"{name}.png", window=window)
         if len(self.swept) == 2:
             for m in self.methods:
                 heatmap = out / f"heatmap_{m}.png"
@@ -540,6 +553,47 @@ class SweepResult:
         if self.swept:
             axes.flat[0].legend(fontsize=7)
         fig.suptitle("mean over seeds; band: 95% confidence interval (Student t)", fontsize=9)
+        fig.tight_layout()
+        return save_figure(fig, path)
+
+    def plot_vs_key(self, path: str | Path, stat: str = "final", window: int = 5) -> Path | None:
+        """`stat` target accuracy (%) against the one varying swept key: per method, the mean
+        over seeds with its 95% Student-t interval as error bars (none for one seed). Numbers
+        on a numeric axis (logarithmic when positive and spanning a factor of 20 or more),
+        other values as categories. `ValueError` unless exactly one key varies; None (nothing
+        written) without matplotlib."""
+        if len(self.varying) != 1:
+            raise ValueError(
+                "a plot against a swept key needs exactly one varying key; this sweep varies "
+                f"{list(self.varying)}"
+            )
+        stat = check_choice("stat", stat, STATS)
+        key, summary = self.varying[0], self.summary(window)
+        plt = pyplot()
+        if plt is None:
+            return None
+        values = np.unique(self.rows[key])
+        numeric = values.dtype.kind in "iuf"
+        fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
+        for i, method in enumerate(self.methods):
+            entries = [e for e in summary if e["method"] == method]
+            at = [np.flatnonzero(values == e[key])[0] for e in entries]
+            x = values[at] if numeric else np.asarray(at, float)
+            mean, low, high = (np.array([e[f"{stat}_{k}"] for e in entries]) for k in _BAR)
+            low, high = np.clip(low, 0.0, 1.0), np.clip(high, 0.0, 1.0)  # accuracies
+            err = np.nan_to_num(np.stack([mean - low, high - mean]))  # n = 1: no bar
+            color = _color(plt, i, len(self.methods))
+            style = {"marker": "o", "capsize": 3, "lw": 1.4}
+            ax.errorbar(x, 100 * mean, yerr=100 * err, color=color, label=method, **style)
+        if numeric and values.min() > 0 and values.max() >= 20 * values.min():
+            ax.set_xscale("log")
+        if not numeric:
+            ax.set_xticks(range(values.size), [_shown(v) for v in values.tolist()])
+        what = {"final": "final", "last": f"last-{window}-round mean", "max": "maximum"}[stat]
+        ax.set(xlabel=key, ylabel=f"{what} target accuracy (%)")
+        ax.set_title("mean over seeds; bars: 95% confidence interval (Student t)", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
         fig.tight_layout()
         return save_figure(fig, path)
 
