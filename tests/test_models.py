@@ -74,9 +74,11 @@ def test_conv2d_matches_lax_conv(shape, kshape, stride, padding):
 def test_conv_layer_matches_flax_conv(padding):
     ours = Conv2D(3, 8, 5, padding=padding, rngs=nnx.Rngs(0))
     ref = nnx.Conv(3, 8, (5, 5), padding=padding, rngs=nnx.Rngs(1))
-    ref.kernel[...] = ours.kernel[...]
-    ref.bias[...] = jax.random.normal(jax.random.key(2), (8,))
-    ours.bias[...] = ref.bias[...]
+    state = nnx.state(ours)  # the same kernel and a random bias in both (every flax version)
+    pure = nnx.to_pure_dict(state) | {"bias": jax.random.normal(jax.random.key(2), (8,))}
+    nnx.replace_by_pure_dict(state, pure)
+    nnx.update(ours, state)
+    nnx.update(ref, state)
     x = jax.random.normal(jax.random.key(3), (2, 13, 13, 3))
     np.testing.assert_allclose(ours(x), ref(x), rtol=1e-4, atol=1e-4)
 
@@ -318,8 +320,9 @@ def _linen_batchnorm(input_shape, num_classes, *, rngs: nnx.Rngs):
     [
         (_WithBatchNorm, r"in norm \(BatchNorm\): mean: BatchNorm running statistics"),
         (_linen_batchnorm, r"BatchNorm_0\.mean: BatchNorm running statistics"),
-        (_WithDropout, r"in drop \(Dropout\): rngs\.count: an RNG stream"),
-        (_DropoutFromBuilderRngs, r"No RngStream named 'dropout'.*\(nnx\.Dropout\) are not"),
+        (_WithDropout, r"in drop \(Dropout\): rngs\.\S*count: an RNG stream"),
+        # flax >= 0.11 asks the builder's rngs for a 'dropout' stream, older flax keeps them
+        (_DropoutFromBuilderRngs, r"'dropout'.*\(nnx\.Dropout\) are not|in drop \(Dropout\)"),
     ],
 )
 def test_model_with_non_parameter_state_is_refused(registry_cleanup, builder, match):

@@ -300,12 +300,13 @@ def check_parameters_only(name: str, module: nnx.Module) -> None:
 
 def _state_kind(variable: Any) -> str:
     """What a non-parameter variable is, in the words of the layer that makes it."""
-    kind = type(variable).__name__
-    if isinstance(variable, nnx.BatchStat):
-        return f"BatchNorm running statistics ({kind})"
-    if isinstance(variable, nnx.RngState):
-        return f"an RNG stream such as Dropout's ({kind})"
-    return f"mutable state ({kind})"
+    cls = getattr(variable, "type", type(variable))  # flax < 0.11 holds a VariableState
+    cls = cls if isinstance(cls, type) else type(variable)
+    if issubclass(cls, nnx.BatchStat):
+        return f"BatchNorm running statistics ({cls.__name__})"
+    if issubclass(cls, nnx.RngState):
+        return f"an RNG stream such as Dropout's ({cls.__name__})"
+    return f"mutable state ({cls.__name__})"
 
 
 def _rng_hint(error: Exception) -> str:
