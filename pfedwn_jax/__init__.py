@@ -24,6 +24,8 @@ Subpackages (imported lazily so `import pfedwn_jax` stays cheap):
 - `pfedwn_jax.sweeps`: sweeps (grid, batched programs, tidy results, checkpoints).
 - `pfedwn_jax.distributed`: meshes over devices and hosts; `pfedwn_jax.state_store`: orbax.
 - `pfedwn_jax.io`: atomic file writes; `pfedwn_jax.plotting`: matplotlib, lazily.
+- `pfedwn_jax.frames`: results as tidy tables (pandas optional); `pfedwn_jax.provenance`:
+  package version, git commit and library versions recorded with every result.
 """
 
 import importlib as _importlib
@@ -52,9 +54,11 @@ _SUBMODULES = (
     "em",
     "engine",
     "experiment",
+    "frames",
     "io",
     "models",
     "plotting",
+    "provenance",
     "reproduce",
     "state_store",
     "sweeps",
