@@ -1,7 +1,9 @@
 """The `pfedwn` command line: a thin layer over the Python API.
 
 Each subcommand lives in its own module exposing `add_parser(subparsers)`; the parser sets
-`func(args) -> int`. Errors become one line on stderr, never a traceback:
+`func(args) -> int`. `--import MODULE` (any position, repeatable; `cli.plugins`) imports the
+user's modules before the flags are checked, so the models, algorithms and datasets they
+register are usable by name. Errors become one line on stderr, never a traceback:
 
 - exit status 2: a usage error from the parser (a bad flag or flag value) or a `ValueError`,
   i.e. the command line asks for something impossible (a bad value, an output path that is
@@ -26,6 +28,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from pfedwn_jax.cli import data, neighbors, run, sweep
 from pfedwn_jax.cli.common import OneLineParser, describe_os_error, run_command
+from pfedwn_jax.cli.plugins import add_import_flag, early_options, import_modules
 from pfedwn_jax.devices import use_cpu_devices
 
 __all__ = ["OneLineParser", "build_parser", "describe_os_error", "main"]
@@ -59,10 +62,20 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for module in SUBCOMMANDS:
         module.add_parser(sub)
+    add_import_flag(parser)  # `pfedwn --import M run` as well as `pfedwn run --import M`
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    early = early_options(argv)
+    if early.cpu_devices is None or early.cpu_devices >= 1:
+        use_cpu_devices(early.cpu_devices)  # before the first JAX computation, user code's too
+    try:
+        import_modules(early.imports)  # before the parser and the config checks see the names
+    except ValueError as e:
+        print(f"pfedwn: error: {e}", file=sys.stderr)
+        return 2
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -70,7 +83,6 @@ def main(argv: list[str] | None = None) -> int:
         return int(e.code or 0)
     if args.cpu_devices is not None and args.cpu_devices < 1:
         parser.error(f"--cpu-devices must be >= 1; got {args.cpu_devices}")
-    use_cpu_devices(args.cpu_devices)  # before this process's first JAX computation
     return run_command(f"pfedwn {args.command}", lambda: args.func(args))
 
 

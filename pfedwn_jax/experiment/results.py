@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from pfedwn_jax import frames
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.io import atomic_write_json, atomic_write_with, read_json
 from pfedwn_jax.results.metrics import accuracy_stats
@@ -81,7 +82,8 @@ class Result:
         (None, or `{"round", "slots", "clients"}`: the first diverged round, counted from 1;
         a method stopped there has fewer than `config.rounds` rounds). Loaded from a compact
         file, the per-slot entries are NumPy arrays (`record_dtype`), not lists.
-      environment: jax version, backend, devices.
+      environment: jax version, backend, devices, and `provenance` (package version, git
+        commit, library versions, device kind).
       timings: `setup_s` (data + network), `total_s`.
     """
 
@@ -139,6 +141,12 @@ class Result:
             name: {"max": m["max_target_accuracy"], "final": m["final_target_accuracy"]}
             for name, m in self.methods.items()
         }
+
+    def to_pandas(self) -> Any:
+        """A tidy `pandas.DataFrame`, one row per method x round: target accuracy and loss,
+        client-accuracy mean and quantiles, per-round scalar records
+        (`pfedwn_jax.frames.result_columns`). Needs pandas (the `analysis` extra)."""
+        return frames.pandas_module("Result.to_pandas()").DataFrame(frames.result_columns(self))
 
     @property
     def compact(self) -> bool:
