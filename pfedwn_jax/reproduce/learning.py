@@ -20,7 +20,7 @@ from typing import Any
 from pfedwn_jax.reproduce.figures import fig1, fig8, fig9
 from pfedwn_jax.reproduce.presets import Preset, get_preset
 from pfedwn_jax.reproduce.report import write_report
-from pfedwn_jax.reproduce.runs import dataset_base, run_tables
+from pfedwn_jax.reproduce.runs import dataset_base, run_tables, table_cases
 from pfedwn_jax.reproduce.tables import (
     paired_to_local,
     paired_variants,
@@ -51,15 +51,17 @@ def parse_items(only: str | Sequence[str] | None) -> tuple[str, ...]:
 
 
 def wireless_item(item: str, out: Path, p: Preset) -> dict[str, Any]:
-    """A wireless figure of `reproduce.wireless_figs`. Fig. 7 shows the partition the runs
-    of Fig. 8's dataset train on (the preset's sample cap included)."""
+    """A wireless figure of `reproduce.wireless_figs`. Figs. 4 and 7 show the cases the runs
+    use (the preset's criterion); Fig. 7 the partition the runs of Fig. 8's dataset train on
+    (the preset's sample cap included)."""
     from pfedwn_jax.reproduce import wireless_figs
 
-    if item != "fig7":
+    if item not in ("fig4", "fig7"):
         return dict(wireless_figs.FIGURES[item](out, p.name))
     spec = next(s for s in p.datasets if s.label == p.fig8)
     base = dataset_base(p, spec, "local")
-    return dict(wireless_figs.fig7(out, p.name, base=base))
+    cases = table_cases(base, p.criterion)
+    return dict(wireless_figs.FIGURES[item](out, p.name, base=base, cases=cases))
 
 
 def reproduce(

@@ -1,8 +1,10 @@
 """The sweeps of a reproduction and the choice of each method's hyperparameters.
 
-Per dataset and method, one `run_configs` call holds every setting (the paper's cases, the
-20-neighbor network, ...) x grid point (`sweeps.grid.expand`) x seed, so the settings share
-compiled programs; pFedWN's sweeps keep its per-round EM weights (`pi`, `pi_trace`: Fig. 8).
+Per dataset, method and settings group (Table II's cases; the 20-neighbor network; Fig. 1's
+all-client network), one `run_configs` call holds every setting x grid point
+(`sweeps.grid.expand`) x seed, so the cases share compiled programs, and each group's sweep is
+saved apart (a later reproduction reads it back); `merge_sweeps` joins a method's groups.
+pFedWN's sweeps keep its per-round EM weights (`pi`, `pi_trace`: Fig. 8).
 Each method's hyperparameters are chosen per setting on the validation split (`choose`: mean
 of the last `window` rounds of `target_val_accuracy`), never on the test split.
 """
@@ -343,15 +345,23 @@ def run_tables(
     preset: Preset, items: Sequence[str], out: Path, log: Callable[[str], None] = print
 ) -> tuple[list[dict[str, Any]], dict[tuple[str, str], tuple[SweepResult, list[dict]]]]:
     """Every sweep the items need; the chosen rows of every (dataset, setting, method) and
-    the sweeps by (dataset label, method)."""
+    the sweeps by (dataset label, method). A method's settings groups (Table II's cases,
+    the 20-neighbor network, Fig. 1's all-client network: each its own partition or slot
+    count, so its own compiled program anyway) are saved apart (`sweeps/DATASET_METHOD`,
+    `..._n20`, `..._all`), so that a later run with more items reads back the groups done."""
     rows: list[dict[str, Any]] = []
     sweeps: dict[tuple[str, str], tuple[SweepResult, list[dict]]] = {}
     todo = plan(preset, items)
     for spec in preset.datasets:
         for m, want in todo.get(spec.label, {}).items():
-            sts = settings(dataset_base(preset, spec, m), want, preset.criterion)
-            folder = out / "sweeps" / f"{slug(spec.label)}_{m}"
-            res, runs = run_settings(sts, preset.grids[m], preset.seeds, cache=folder)
+            base, parts = dataset_base(preset, spec, m), []
+            for group in want:
+                sts = settings(base, (group,), preset.criterion)
+                name = f"{slug(spec.label)}_{m}" + ("" if group == "cases" else f"_{group}")
+                folder = out / "sweeps" / name
+                parts.append(run_settings(sts, preset.grids[m], preset.seeds, cache=folder))
+            res = merge_sweeps([r for r, _ in parts])
+            runs = [run for _, rs in parts for run in rs]
             label = {"dataset": spec.label, "sweep_wall_s": res.meta["wall_s"]}
             new = choose(res, list(preset.grids[m]), preset.window, label)
             for r in new:
@@ -364,3 +374,27 @@ def run_tables(
             rows += new
             log(f"{spec.label} pFedWN EM variants done")
     return rows, sweeps
+
+
+def merge_sweeps(parts: Sequence[SweepResult]) -> SweepResult:
+    """One `SweepResult` of several with the same columns and swept keys: the rows one after
+    the other, the later parts' run ids (and their records' keys) shifted past the earlier
+    ones; meta: the summed `wall_s`."""
+    if len(parts) == 1:
+        return parts[0]
+    names = list(parts[0].rows)
+    if any(list(p.rows) != names or p.swept != parts[0].swept for p in parts):
+        raise ValueError("merge_sweeps: the parts need the same columns and swept keys")
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in names}
+    records: dict[str, np.ndarray] = {}
+    offset = 0
+    for part in parts:
+        for k in names:
+            cols[k].append(part.rows[k] + offset if k == "run" else part.rows[k])
+        for key, value in part.records.items():
+            run, rest = key.split("/", 1)
+            records[f"{int(run) + offset}/{rest}"] = value
+        offset += int(part.rows["run"].max()) + 1 if len(part) else 0
+    meta = {"wall_s": float(sum(p.meta.get("wall_s", 0.0) for p in parts)), "parts": len(parts)}
+    merged = {k: np.concatenate(v) for k, v in cols.items()}
+    return SweepResult(merged, parts[0].swept, meta, records)
