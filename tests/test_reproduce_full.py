@@ -85,6 +85,7 @@ def test_paired_ignores_unmatched_seeds():
 def test_fixed_points_are_a_half_and_the_chosen_a():
     assert runs.fixed_points(0.5) == [("a=0.5 (chosen)", 0.5)]
     assert runs.fixed_points(0.95) == [("a=0.5", 0.5), ("chosen a=0.95", 0.95)]
+    assert runs.fixed_points(1.0) == [("a=0.5", 0.5)]  # a = 1: Local, whatever pi
 
 
 # ---------------------------------------------------------------------------- the preset

@@ -92,7 +92,8 @@ def _pairs_section(p: Preset, rows, pairs: Mapping[str, Sequence[Mapping[str, An
                  "point)", "", paired_table(pairs["local"], "method - Local"), ""]  # fmt: skip
     if pairs.get("em"):
         how = ("each variant tuned on validation like a method" if p.variant_points == "tuned"
-               else "each variant at a = 0.5 and at the default's chosen a, with the default's "
+               else "each variant at a = 0.5 and at the default's chosen a (none where that "
+               "is 1: Eq. 5 then keeps the target's model whatever pi), with the default's "
                "chosen lr, against the default at the same point")  # fmt: skip
         ems = [*table_rows(rows, "em"), *(r for r in table_rows(rows, "table2")
                                           if r["method"] == "pfedwn")]  # fmt: skip

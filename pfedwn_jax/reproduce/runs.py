@@ -310,9 +310,12 @@ def run_variants(
 
 def fixed_points(chosen_a: float) -> list[tuple[str, float]]:
     """The (label, a) points of a "fixed" variant comparison: `a = FIXED_A` and the chosen
-    `a`, one point labelled "a=0.5 (chosen)" when they coincide."""
+    `a`; one point labelled "a=0.5 (chosen)" when they coincide, and none at a chosen
+    `a = 1`, where Eq. 5 keeps the target's own model whatever EM estimates."""
     if chosen_a == FIXED_A:
         return [(f"a={FIXED_A:g} (chosen)", FIXED_A)]
+    if chosen_a == 1.0:
+        return [(f"a={FIXED_A:g}", FIXED_A)]
     return [(f"a={FIXED_A:g}", FIXED_A), (f"chosen a={chosen_a:g}", chosen_a)]
 
 
