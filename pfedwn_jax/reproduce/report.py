@@ -115,8 +115,9 @@ def _crossover_section(cross: Mapping[str, Any] | None, p: Preset) -> list[str]:
         "",
         f"Every client capped at {', '.join(str(x or 'none') for x in c.caps)} samples "
         f"(`max_samples_per_client`); targets: the Table II cases of criteria {list(c.criteria)}; "
-        f"lr {c.lr}, {c.rounds} rounds, seeds {list(c.seeds)}, methods at their default "
-        f"hyperparameters, pFedWN at a = {list(c.a)} and at the a (or 1 = Local) of best "
+        f"lr {c.lr}, {c.rounds} rounds, seeds {list(c.seeds)}, the methods' other "
+        f"hyperparameters fixed ({_fixed(p)}), pFedWN at a = {list(c.a)} and at the a (or 1 = "
+        "Local) of best "
         f"validation accuracy. Class share: the target's samples in classes that make >= "
         f"{HOLD:.0%} of some selected neighbor's data. Sweeps: {cross['wall_s']:.0f} s.",
         "",
@@ -125,6 +126,12 @@ def _crossover_section(cross: Mapping[str, Any] | None, p: Preset) -> list[str]:
         markdown(cross["rows"]),
         "",
     ]
+
+
+def _fixed(p: Preset) -> str:
+    """The preset's fixed hyperparameters as `method key=value, ...`."""
+    parts = [f"{m} " + ", ".join(f"{k}={v}" for k, v in hp.items()) for m, hp in p.hparams.items()]
+    return "; ".join(parts) or "their defaults"
 
 
 def write_report(
