@@ -5,7 +5,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-slow test-gpu lint bench clean
+FLOORS_VENV := .venv-floors
+FLOOR_EXTRAS := test,plot,tfds
+
+.PHONY: demo test test-slow test-gpu test-floors lint docs bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +21,10 @@ $(VENV)/.installed-demo: pyproject.toml | $(BIN)/python
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[dev,plot,tfds]"
 	touch $@ $(VENV)/.installed-demo
+
+$(VENV)/.installed-docs: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[docs]"
+	touch $@
 
 demo: $(VENV)/.installed-demo
 	$(BIN)/pfedwn run --out runs/demo
@@ -35,6 +42,24 @@ test-slow: $(VENV)/.installed-test
 test-gpu: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -m "gpu" -q -rs
 
+# The quick tier in a separate venv pinned to every floor (`>=X`) of pyproject.toml, the core
+# dependencies and the test, plot and tfds extras (scripts/floor_pins.py): the declared minimum
+# versions are the tested ones. Builds the venv afresh each time (downloads, a few minutes,
+# then the quick tier). When it last passed: README, "Supported versions".
+test-floors:
+	rm -rf $(FLOORS_VENV)
+	$(PYTHON) -m venv $(FLOORS_VENV)
+	$(FLOORS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(PYTHON) scripts/floor_pins.py $(FLOOR_EXTRAS) > $(FLOORS_VENV)/floors.txt
+	$(FLOORS_VENV)/bin/python -m pip install --quiet -c $(FLOORS_VENV)/floors.txt -e ".[$(FLOOR_EXTRAS)]"
+	$(FLOORS_VENV)/bin/python -m pip list --format=freeze | grep -iE '^(jax|jaxlib|flax|optax|chex|orbax.checkpoint|numpy|scipy)=='
+	$(FLOORS_VENV)/bin/python -m pytest -m "not slow and not gpu" -q -p no:cacheprovider
+
+# The API reference generated from the docstrings (pdoc, offline) into build/api/ (generated,
+# not committed); open build/api/index.html.
+docs: $(VENV)/.installed-docs
+	$(BIN)/python scripts/make_docs.py
+
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -44,4 +69,4 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/bench_engine.py
 
 clean:
-	rm -rf $(VENV) runs build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(FLOORS_VENV) runs build *.egg-info .pytest_cache .ruff_cache

@@ -9,6 +9,10 @@ The programmatic API, at the top (imported lazily, on first use):
   as few compiled programs, over every device (`pfedwn_jax.sweeps`, docs/sweeps.md).
 - `pfedwn_jax.use_cpu_devices()`: one JAX device per CPU core, so clients train in parallel
   (call it before any JAX computation).
+- `pfedwn_jax.register_model(name, builder)`, `pfedwn_jax.register_algorithm(algorithm)`
+  (`pfedwn_jax.algorithms.register`), `pfedwn_jax.register_dataset(name, x_train, y_train,
+  x_test, y_test)`: your own flax module, FL method and arrays in memory, usable by name in
+  an `ExperimentConfig` (and from the command line with `pfedwn --import MODULE`).
 
 Subpackages (imported lazily so `import pfedwn_jax` stays cheap):
 
@@ -20,27 +24,55 @@ Subpackages (imported lazily so `import pfedwn_jax` stays cheap):
 - `pfedwn_jax.sweeps`: sweeps (grid, batched programs, tidy results, checkpoints).
 - `pfedwn_jax.distributed`: meshes over devices and hosts; `pfedwn_jax.state_store`: orbax.
 - `pfedwn_jax.io`: atomic file writes; `pfedwn_jax.plotting`: matplotlib, lazily.
+- `pfedwn_jax.frames`: results as tidy tables (pandas optional); `pfedwn_jax.provenance`:
+  package version, git commit and library versions recorded with every result.
 """
 
-import importlib
+import importlib as _importlib
 
 __version__ = "0.1.0"
 
-# top-level name -> module defining it; imported on first access (they import JAX)
+# top-level name -> (module defining it, its name there); imported on first access (JAX)
 _LAZY = {
-    "ExperimentConfig": "pfedwn_jax.experiment",
-    "Result": "pfedwn_jax.experiment",
-    "run": "pfedwn_jax.experiment",
-    "sweep": "pfedwn_jax.sweeps",
-    "SweepResult": "pfedwn_jax.sweeps",
-    "use_cpu_devices": "pfedwn_jax.devices",
+    "ExperimentConfig": ("pfedwn_jax.experiment", "ExperimentConfig"),
+    "Result": ("pfedwn_jax.experiment", "Result"),
+    "run": ("pfedwn_jax.experiment", "run"),
+    "sweep": ("pfedwn_jax.sweeps", "sweep"),
+    "SweepResult": ("pfedwn_jax.sweeps", "SweepResult"),
+    "use_cpu_devices": ("pfedwn_jax.devices", "use_cpu_devices"),
+    "register_model": ("pfedwn_jax.models", "register_model"),
+    "register_algorithm": ("pfedwn_jax.algorithms", "register"),
+    "register_dataset": ("pfedwn_jax.data", "register_dataset"),
 }
+# subpackages and modules, imported on first access as `pfedwn_jax.<name>`
+_SUBMODULES = (
+    "algorithms",
+    "cli",
+    "data",
+    "devices",
+    "distributed",
+    "em",
+    "engine",
+    "experiment",
+    "frames",
+    "io",
+    "models",
+    "plotting",
+    "provenance",
+    "reproduce",
+    "state_store",
+    "sweeps",
+    "wireless",
+)
 
 __all__ = [
     "ExperimentConfig",
     "Result",
     "SweepResult",
     "__version__",
+    "register_algorithm",
+    "register_dataset",
+    "register_model",
     "run",
     "sweep",
     "use_cpu_devices",
@@ -48,11 +80,15 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    """Lazy top-level API: importing `pfedwn_jax` alone does not import JAX."""
+    """Lazy top-level API and subpackages: importing `pfedwn_jax` alone does not import JAX."""
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        module, attr = _LAZY[name]
+        return getattr(_importlib.import_module(module), attr)
+    if name in _SUBMODULES:
+        return _importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module 'pfedwn_jax' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    """The public API and the subpackages (not this module's own helpers)."""
+    return sorted({*__all__, *_SUBMODULES})

@@ -3,7 +3,11 @@
 (the wireless figures come from `pfedwn_jax.reproduce.wireless_figs` where it is installed).
 
 Presets: `tiny` (seconds, a test), `quick` (2 CPU cores, under 20 minutes, the shared real
-data, MLPs) and `paper` (TFDS full datasets, CNN/ResNet18, 100 rounds: a GPU). Writes PNG
+data subsets, MLPs), `mnist-full` (full MNIST, Table II in under an hour on 2 CPU cores; the
+CNN where JAX has an accelerator) and `paper` (full datasets, CNN/ResNet18, 100 rounds: a
+GPU). `--data-dir DIR` reads every dataset of the preset from DIR (`mnist.npz`,
+`cifar10.npz`, `cifar100.npz`, or TFDS data prepared there), so a machine without network
+runs from files; `--criterion` overrides how the cases' targets are chosen. Writes PNG
 figures, CSV/JSON tables with the config and seed of every number, and `OUT/REPORT.md`.
 Every argument, --out included, is checked before any work: a bad one ends the script with
 one line and exit status 2 (as the `pfedwn` CLI).
@@ -22,6 +26,7 @@ PROG = Path(__file__).name
 
 
 def main(argv: list[str] | None = None) -> int:
+    from pfedwn_jax.reproduce.cases import CRITERIA
     from pfedwn_jax.reproduce.learning import ALL_ITEMS
     from pfedwn_jax.reproduce.presets import PRESETS
 
@@ -29,6 +34,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default="all", help=f"comma-separated items of {list(ALL_ITEMS)}")
     ap.add_argument("--preset", default="quick", choices=sorted(PRESETS))
     ap.add_argument("--out", required=True, type=out_path, help="output directory")
+    ap.add_argument(
+        "--data-dir", default=None, help="read the datasets from NAME.npz or TFDS data here"
+    )
+    ap.add_argument(
+        "--criterion", default=None, choices=CRITERIA, help="cases' targets (default: preset's)"
+    )
     ap.add_argument(
         "--cpu-devices", type=int, default=None, help="JAX CPU devices (default: cores)"
     )
@@ -38,19 +49,27 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Check every argument, then reproduce the items into --out."""
+    import dataclasses
+
     from pfedwn_jax.reproduce.learning import parse_items
+    from pfedwn_jax.reproduce.presets import get_preset, with_data_dir
 
     out = check_out_dir(args.out)
     as_flag("--only", "only", parse_items, args.only)
     if args.cpu_devices is not None and args.cpu_devices < 1:
         raise ValueError(f"--cpu-devices must be >= 1; got {args.cpu_devices}")
+    preset = get_preset(args.preset)
+    if args.data_dir is not None:
+        preset = with_data_dir(preset, args.data_dir)
+    if args.criterion is not None:
+        preset = dataclasses.replace(preset, criterion=args.criterion)
     import pfedwn_jax
 
     pfedwn_jax.use_cpu_devices(args.cpu_devices)
     from pfedwn_jax.reproduce.learning import reproduce
 
     t0 = time.perf_counter()
-    result = reproduce(args.only, args.preset, out)
+    result = reproduce(args.only, preset, out)
     print(f"wrote {result['report']} in {time.perf_counter() - t0:.0f} s")
     return 0
 

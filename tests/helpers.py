@@ -6,10 +6,11 @@ on them are registered in `tests/conftest.py`. No JAX computation runs at import
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -141,3 +142,51 @@ def _toml_str(text: str) -> str:
 def json_roundtrip(obj: Any) -> Any:
     """`obj` written as JSON and read back (what a results file holds)."""
     return json.loads(json.dumps(obj))
+
+
+@contextlib.contextmanager
+def mock_tfds(num_examples: int) -> Iterator[None]:
+    """`tfds.testing.mock_data(num_examples)` with its batched read working: random examples
+    from `tfds.data_source`, no files, no network.
+
+    In tensorflow-datasets 4.9.10 the mock sets `__getitems__` on a MagicMock as a plain
+    attribute, so it is called without the source as first argument and fails; the batch read
+    of `pfedwn_jax.data.tfds_source` uses it. The replacement takes the keys alone.
+    """
+    import tensorflow_datasets as tfds
+    from tensorflow_datasets.testing import mocking
+
+    def getitems(record_keys, generator, serialized=False):
+        assert not serialized
+        return [generator[k] for k in record_keys]
+
+    real = mocking._getitems
+    mocking._getitems = getitems
+    try:
+        with tfds.testing.mock_data(num_examples=num_examples):
+            yield
+    finally:
+        mocking._getitems = real
+
+
+def table_entry(
+    hp: Any,
+    accuracy: np.ndarray,
+    loss: np.ndarray,
+    is_target: np.ndarray,
+    records: Mapping[str, np.ndarray] | None = None,
+    seconds: float = 0.1,
+) -> dict:
+    """A single run's method entry built as the driver builds it (one table block):
+    `accuracy`, `loss` `[R, S]`, `is_target` `[S]`, `records` `key -> [R, ...]`."""
+    from pfedwn_jax.results.entries import method_entry
+    from pfedwn_jax.results.table import RunInfo, Table
+
+    accuracy, loss = np.asarray(accuracy, np.float32), np.asarray(loss, np.float32)
+    slots = accuracy.shape[1]
+    table = Table([RunInfo(np.asarray(is_target, bool), np.arange(slots))], [{}], ["m"])
+    block = {"accuracy": accuracy, "loss": loss, "finite": np.isfinite(loss)}
+    block["records"] = dict(records or {})
+    table.add_block(0, "m", 0, block, seconds * accuracy.shape[0])
+    rounds = accuracy.shape[0]
+    return method_entry(table.track(0, "m"), hp, 1, rounds)

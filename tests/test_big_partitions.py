@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import decode, indexed_dataset
+from helpers import decode, indexed_dataset, mock_tfds
 
 from pfedwn_jax.data import (
     DATA_DIR_ENV,
@@ -290,8 +290,8 @@ def test_mnist_full_from_data_dir_and_environment(tmp_path, monkeypatch):
 
 
 def test_emnist_through_mock_tfds(tmp_path):
-    tfds = pytest.importorskip("tensorflow_datasets")
-    with tfds.testing.mock_data(num_examples=6):  # patches tfds.data_source: no files, no network
+    pytest.importorskip("tensorflow_datasets")
+    with mock_tfds(num_examples=6):  # patches tfds.data_source: no files, no network
         ds = load_dataset("emnist/digits", data_dir=tmp_path)
     assert ds.num_classes == 10 and ds.x_train.shape == (6, 28, 28, 1) and not ds.has_writers
 

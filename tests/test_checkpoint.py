@@ -3,8 +3,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import shutil
+import sys
+import types
 
 import jax
 import numpy as np
@@ -60,7 +64,7 @@ def test_kill_mid_method_and_resume_is_exact(uninterrupted, tmp_path):
     progress = _meta(path)["progress"]
     assert progress["current"] == [0, "fedavg", 3]  # the last commit: round 3
     assert [0, "local"] in progress["finished"]
-    assert sorted(p.name for p in path.iterdir()) == [".lock", "blocks", "state"]
+    assert sorted(p.name for p in path.iterdir()) == [".lock", "blocks", "job.json", "state"]
     resumed = run(cfg, progress=False, checkpoint=path, checkpoint_every=3, resume=True)
     same(uninterrupted, resumed)
     assert len(resumed.methods["fedavg"]["timings"]["round_s"]) == TINY["rounds"]
@@ -102,11 +106,13 @@ def test_resume_refuses_other_config_or_changed_data(tmp_path):
     path = tmp_path / "ckpt"
     with pytest.raises(Stop):
         run(cfg, progress=False, checkpoint=path, callback=stop_at("local", 2))
-    with pytest.raises(ValueError, match="written for a different config, data"):
+    with pytest.raises(ValueError, match=r"lr 0\.05 then, 0\.1 now"):
         run(cfg.replace(lr=0.1), progress=False, checkpoint=path, resume=True)
     arrays["x_train"][0, 0, 0, 0] ^= 1  # one pixel of one image
     np.savez(data, **arrays)
-    with pytest.raises(ValueError, match="written for a different config, data"):
+    with pytest.raises(
+        ValueError, match=r"the data npz:.*data.npz changed since it was written: SHA-256"
+    ):
         run(cfg, progress=False, checkpoint=path, resume=True)
 
 
@@ -145,15 +151,81 @@ def test_a_corrupt_newest_step_falls_back_to_the_previous(uninterrupted, tmp_pat
     same(uninterrupted, resumed)
 
 
-def test_an_unreadable_meta_falls_back_and_half_written_steps_are_ignored(uninterrupted, tmp_path):
+def test_an_unreadable_meta_falls_back_and_half_written_steps_are_ignored(
+    uninterrupted, tmp_path, caplog
+):
+    """One warning naming the skipped step and the one resumed from; no orbax lines."""
     cfg, path = ExperimentConfig(**TINY), tmp_path / "ckpt"
     with pytest.raises(Stop):
         run(cfg, progress=False, checkpoint=path, block=1, callback=stop_at("fedavg", 4))
     newest = max(int(p.name) for p in (path / "state").iterdir())
     (path / "state" / str(newest) / "meta" / "metadata").write_bytes(b"\x00torn")
+    (path / "state" / str(newest) / "_CHECKPOINT_METADATA").write_bytes(b"{")
     partial = path / "state" / f"{newest + 1}.orbax-checkpoint-tmp-1234567"
     (partial / "state").mkdir(parents=True)  # what a crash mid-save leaves: not a step
-    same(uninterrupted, run(cfg, progress=False, checkpoint=path, resume=True))
+    seen = []
+
+    def callback(name, rounds_done, metrics):  # the unreadable step is gone before a save
+        seen.append(sorted(p.name for p in (path / "state").iterdir() if p.name.isdigit()))
+
+    with caplog.at_level("INFO"):
+        resumed = run(cfg, progress=False, checkpoint=path, resume=True, callback=callback)
+    same(uninterrupted, resumed)
+    assert str(newest) not in seen[0], seen[0]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert f"step {newest} cannot be read" in warnings[0]
+    assert f"resuming from step {newest - 1}" in warnings[0]
+
+
+def test_a_refused_resume_names_what_changed():
+    cfg = {"lr": 0.05, "dataset": "npz:/d.npz", "rounds": 7, "seed": 0}
+    runs = [{"config": cfg, "data": "a" * 64}, {"config": {**cfg, "seed": 1}, "data": "a" * 64}]
+    old = ckpt.job_of(runs, {"records": (), "mesh_runs": 2})
+    runs = [{**r, "data": "b" * 64} for r in runs]
+    runs[1]["config"] = {**runs[1]["config"], "lr": 0.1}
+    new = ckpt.job_of(runs, {"records": (), "mesh_runs": 1})
+    text = ckpt.describe_change(old, new)
+    assert text.startswith("was written for another job: "), text
+    for part in (
+        "the data npz:/d.npz changed since it was written (every run): SHA-256 of its arrays "
+        "aaaaaaaaaaaa... then, bbbbbbbbbbbb... now",
+        "lr 0.05 then, 0.1 now (run 1)",
+        "devices on the run axis: 2 then, 1 now",
+    ):
+        assert part in text, (part, text)
+    assert "it holds 2 run(s), this job 1" in ckpt.describe_change(old, {**new, "runs": runs[:1]})
+    a, b = ({"runs": [{"config": {f"f{i}": i + k for i in range(9)}, "data": ""}]} for k in (0, 1))
+    assert ckpt.describe_change(a, b).endswith("f3 3 then, 4 now (and 5 more difference(s))")
+    general = "was written for a different config, data or number of devices"
+    assert ckpt.describe_change(None, new) == general  # no job.json: an older checkpoint
+    assert ckpt.describe_change({"runs": "torn"}, new) == general
+    assert ckpt.describe_change(old, old) == general  # equal descriptions, other hashes
+
+
+def test_late_reads_into_a_closed_event_loop_are_not_printed():
+    """Orbax closes its event loop when one read of a damaged step fails; tensorstore's other
+    reads then call into it, and Python would print each `RuntimeError: Event loop is
+    closed` as a traceback. The checkpoint's hook drops exactly these."""
+    assert getattr(sys.unraisablehook, "pfedwn_closed_loop", False)
+    loop = asyncio.new_event_loop()
+    loop.close()
+    with pytest.raises(RuntimeError, match="Event loop is closed") as closed:
+        loop.call_soon_threadsafe(print)
+    passed = []
+    hook = ckpt._drop_closed_loop_callbacks(passed.append)
+
+    def unraisable(exc):
+        return types.SimpleNamespace(
+            exc_type=type(exc), exc_value=exc, exc_traceback=exc.__traceback__,
+            err_msg=None, object=None,
+        )  # fmt: skip
+
+    hook(unraisable(closed.value))
+    assert passed == []
+    for other in (RuntimeError("Event loop is closed"), ValueError("x")):  # not from asyncio
+        hook(unraisable(other))
+    assert len(passed) == 2
 
 
 def test_earlier_versions_and_files_are_refused(tmp_path):
@@ -180,6 +252,24 @@ def test_two_processes_cannot_write_one_checkpoint(tmp_path):
         with pytest.raises(ValueError, match="in use by another process"):
             run(cfg, progress=False, checkpoint=path)
     run(cfg, progress=False, checkpoint=path)  # the lock is released on exit
+
+
+def test_a_busy_or_interrupted_checkpoint_is_refused_before_the_set_up(tmp_path, monkeypatch):
+    from pfedwn_jax.runner import api
+
+    cfg = ExperimentConfig(**{**TINY, "rounds": 2, "algorithms": ("local",)})
+    path = tmp_path / "ckpt"
+    with pytest.raises(Stop):
+        run(cfg, progress=False, checkpoint=path, block=1, callback=stop_at("local", 1))
+    monkeypatch.setattr(api, "setup_runs", lambda configs: pytest.fail("set up first"))
+    with pytest.raises(ValueError, match="holds an interrupted run"):
+        run(cfg, progress=False, checkpoint=path)
+    lock = ckpt._lock(path)  # another job writing it
+    for mode in ({}, {"resume": True}, {"overwrite": True}):
+        with pytest.raises(ValueError, match=r"in use by another process \(it holds .*\.lock\)"):
+            run(cfg, progress=False, checkpoint=path, **mode)
+    lock.close()
+    assert (path / "state").is_dir()
 
 
 def test_sharded_state_is_written_per_shard_and_restored_onto_the_template(tmp_path):

@@ -14,17 +14,14 @@ from pfedwn_jax.experiment import ExperimentConfig, run
 from pfedwn_jax.experiment.report import count_links, format_table
 from pfedwn_jax.experiment.results import (
     COMPACT_SCHEMA,
+    OLD_SCHEMA,
     SCHEMA,
     Result,
-    append_round,
     arrays_path,
-    entry_header,
-    finish_entry,
     load_arrays,
-    new_entry,
-    rebuild_entry,
-    round_row,
 )
+from pfedwn_jax.results.entries import method_entry
+from pfedwn_jax.results.table import RunInfo, Table
 
 NETWORK = dict(
     mode="network",
@@ -139,20 +136,48 @@ def test_load_puts_the_arrays_back(runs, tmp_path):
 
 
 # --------------------------------------------------------------------------- without a run
-def _fake_result(rounds: int = 5, slots: int = 6, k: int = 3, **cfg) -> tuple[Result, list[dict]]:
-    """A network-mode `Result` built through the entry functions from random rows, and the
-    rows."""
-    config = ExperimentConfig(mode="network", num_neighbors=slots - 1, rounds=rounds, **cfg)
+def _fake_rows(rounds: int, slots: int, k: int) -> list[dict]:
+    """Random per-round host results of one network-mode run (every slot a target)."""
     rng = np.random.default_rng(0)
-    hp = config.hparams_for("pfedwn")
-    entry = new_entry(hp, config.record_every, config.rounds)
     rows = []
     for r in range(1, rounds + 1):
-        acc, loss = rng.uniform(size=slots), rng.exponential(size=slots)
-        recs = {"pi": rng.dirichlet(np.ones(k), slots), "rate": np.float32(r / 10)}
-        rows.append(round_row(r, acc, loss, recs, np.ones(slots, bool), 0.1))
-        append_round(entry, rows[-1])
-    finish_entry(entry)
+        pi = rng.dirichlet(np.ones(k), slots)[None]
+        rows.append(
+            {
+                "accuracy": rng.uniform(size=(1, slots)),
+                "loss": rng.exponential(size=(1, slots)),
+                "finite": np.ones((1, slots), bool),
+                "records": {"pi": pi, "rate": np.array([r / 10], np.float32)},
+            }
+        )
+    return rows
+
+
+def _entry(config: ExperimentConfig, rows: list[dict], per_block: int) -> dict:
+    """The pFedWN entry of a table filled with `rows` in blocks of `per_block` rounds."""
+    slots = rows[0]["accuracy"].shape[1]
+    table = Table([RunInfo(np.ones(slots, bool), np.arange(slots))], [{"seed": 0}], ["pfedwn"])
+    for lo in range(0, len(rows), per_block):
+        part = rows[lo : lo + per_block]
+        block = {
+            key: np.concatenate([row[key] for row in part])
+            for key in ("accuracy", "loss", "finite")
+        }
+        block["records"] = {
+            key: np.concatenate([row["records"][key] for row in part]) for key in ("pi", "rate")
+        }
+        table.add_block(0, "pfedwn", lo, block, 0.1 * len(part))
+    track = table.track(0, "pfedwn")
+    return method_entry(track, config.hparams_for("pfedwn"), config.record_every, config.rounds)
+
+
+def _fake_result(rounds: int = 5, slots: int = 6, k: int = 3, **cfg) -> tuple[Result, list[dict]]:
+    """A network-mode `Result` built through the table and its entries from random rows, and
+    the rows."""
+    config = ExperimentConfig(mode="network", num_neighbors=slots - 1, rounds=rounds, **cfg)
+    rows = _fake_rows(rounds, slots, k)
+    entry = _entry(config, rows, per_block=2)
+    rng = np.random.default_rng(1)
     network = {"mode": "network", "num_slots": slots, "positions": rng.uniform(size=(slots, 2))}
     res = Result(config, network, {"name": "x", "train_counts": [3] * slots}, {"pfedwn": entry})
     return res, rows
@@ -162,10 +187,10 @@ def test_record_every_keeps_rows_of_multiples_and_the_last_round(tmp_path):
     res, rows = _fake_result(rounds=5, record_every=2)
     m = res.methods["pfedwn"]
     assert m["recorded_rounds"] == [2, 4, 5]
-    assert m["client_accuracy"] == [rows[i]["client_accuracy"] for i in (1, 3, 4)]
+    assert m["client_accuracy"] == [rows[i]["accuracy"][0].tolist() for i in (1, 3, 4)]
     assert len(m["records"]["pi"]) == 3 and len(m["records"]["rate"]) == 5  # scalars: all
     assert len(m["client_accuracy_stats"]["mean"]) == len(m["target_accuracy"]) == 5
-    want = [float(np.mean(row["client_accuracy"])) for row in rows]
+    want = [float(np.mean(row["accuracy"])) for row in rows]
     np.testing.assert_allclose(m["client_accuracy_stats"]["mean"], want)
     arrays = load_arrays(res.save(tmp_path / "r.json"))
     np.testing.assert_array_equal(arrays["methods/pfedwn/rounds"], [2, 4, 5])
@@ -175,12 +200,12 @@ def test_record_every_keeps_rows_of_multiples_and_the_last_round(tmp_path):
     np.testing.assert_allclose(back.records("pfedwn", "rate"), np.arange(1, 6) / 10, rtol=1e-6)
 
 
-def test_resumed_entry_equals_the_uninterrupted_one():
-    res, rows = _fake_result(rounds=5, record_every=2)
-    entry = res.methods["pfedwn"]
-    again = rebuild_entry(json.loads(json.dumps(entry_header(entry))), rows)
-    finish_entry(again)
-    assert again == entry
+def test_the_entry_does_not_depend_on_how_rounds_are_cut_into_blocks():
+    config = ExperimentConfig(mode="network", num_neighbors=5, rounds=5, record_every=2)
+    rows = _fake_rows(5, 6, 3)
+    one, each = _entry(config, rows, per_block=5), _entry(config, rows, per_block=1)
+    one["timings"], each["timings"] = one["timings"]["round_s"], each["timings"]["round_s"]
+    assert json.dumps(one) == json.dumps(each)
 
 
 def test_float16_records(tmp_path):
@@ -212,12 +237,20 @@ def test_single_mode_stays_inline_and_old_files_load(tmp_path):
     assert not arrays_path(path).exists()
     with pytest.raises(ValueError, match="inline"):
         load_arrays(path)
-    # a file from before the summaries (no stats, no recorded rounds) still loads
+    # a file of an earlier version, before the summaries (no stats, no recorded rounds, the
+    # validation accuracy as a record) still loads, its validation under today's names
     doc = json.loads(path.read_text())
     for key in ("client_accuracy_stats", "recorded_rounds", "record_every", "record_last"):
         del doc["methods"]["pfedwn"][key]
+    doc["schema"] = OLD_SCHEMA
+    entry = doc["methods"]["pfedwn"]
+    entry["records"]["val_acc"] = entry["client_accuracy"]
+    entry["records"]["target_val_acc"] = [0.5] * 5
     path.write_text(json.dumps(doc))
     old = Result.load(path)
+    assert old.metric("pfedwn", "target_val_accuracy").tolist() == [0.5] * 5
+    assert "val_acc" not in old.methods["pfedwn"]["records"]
+    assert old.methods["pfedwn"]["client_val_accuracy"] == entry["client_accuracy"]
     np.testing.assert_array_equal(old.recorded_rounds("pfedwn"), np.arange(1, 6))
     np.testing.assert_allclose(
         old.client_accuracy_stats("pfedwn")["mean"], old.client_accuracy("pfedwn").mean(axis=1)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import mock_tfds
 
 from pfedwn_jax.data import (
     DEFAULT_DATASET,
@@ -133,7 +134,7 @@ tfds = pytest.importorskip("tensorflow_datasets")
 def test_tfds_through_mock_data_source(tmp_path, name, shape, classes):
     # tfds.testing.mock_data patches DatasetBuilder.as_data_source, i.e. tfds.data_source
     # (checked in tensorflow-datasets 4.9.10): random examples, no files, no network.
-    with tfds.testing.mock_data(num_examples=9):
+    with mock_tfds(num_examples=9):
         ds = load_dataset(name, data_dir=tmp_path)
         ref = tfds.data_source(name, split="train", data_dir=str(tmp_path), download=False)
         ref_x = np.stack([ref[i]["image"] for i in range(len(ref))])
@@ -191,3 +192,34 @@ def test_prepare_without_tensorflow_says_how_to_install(tmp_path):
         tfds_source.prepare_tfds("mnist", data_dir=tmp_path)
     with pytest.raises(ValueError, match="unknown TFDS dataset"):
         tfds_source.prepare_tfds("imagenet", data_dir=tmp_path)
+
+
+class InMemorySource:
+    """A TFDS data source over arrays: `len`, and `__getitems__` (batched reads) counted."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray):
+        self.x, self.y, self.batches = x, y, []
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i):
+        raise AssertionError("read one example at a time")
+
+    def __getitems__(self, keys):
+        self.batches.append(list(keys))
+        return [{"image": self.x[k], "label": self.y[k]} for k in keys]
+
+
+def test_tfds_source_is_read_in_batches():
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, (10, 4, 4, 3), dtype=np.uint8)
+    y = rng.integers(0, 7, 10)
+    source = InMemorySource(x, y)
+    got_x, got_y = tfds_source._to_arrays("fake", "train", source, batch=4)
+    assert source.batches == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    np.testing.assert_array_equal(got_x, x)
+    np.testing.assert_array_equal(got_y, y)
+    assert got_y.dtype == np.int32
+    empty = tfds_source._to_arrays("fake", "test", InMemorySource(x[:0], y[:0]))
+    assert empty[0].shape == (0, 0, 0, 0) and empty[1].shape == (0,)

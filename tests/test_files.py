@@ -9,6 +9,7 @@ import json
 import os
 import stat
 import time
+import types
 
 import pytest
 from helpers import TINY_RUN
@@ -232,6 +233,21 @@ def test_line_progress_prints_every_tenth_and_the_last(capsys):
         int(ln.split("round ")[1].split("/")[0]) for ln in capsys.readouterr().err.splitlines()
     ]
     assert rounds == [4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 25]
+
+
+def test_line_progress_prints_at_least_every_30_seconds(capsys, monkeypatch):
+    """A slow job in a log: a line once 30 s have passed since the last, before the tenth."""
+    now = [0.0]
+    monkeypatch.setattr(progress_mod, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+    bar = progress_mod.LineProgress("pfedwn", total=1000, unit="run-round")
+    for _ in range(7):  # 10 s per update, a tenth is 100
+        now[0] += 10.0
+        bar.update(1)
+        bar.set_postfix()
+    assert capsys.readouterr().err.splitlines() == [
+        "   pfedwn: run-round 3/1000 (30.0 s)",
+        "   pfedwn: run-round 6/1000 (60.0 s)",
+    ]
 
 
 def test_progress_bar_on_a_terminal_is_tqdm(monkeypatch):

@@ -74,9 +74,11 @@ def test_conv2d_matches_lax_conv(shape, kshape, stride, padding):
 def test_conv_layer_matches_flax_conv(padding):
     ours = Conv2D(3, 8, 5, padding=padding, rngs=nnx.Rngs(0))
     ref = nnx.Conv(3, 8, (5, 5), padding=padding, rngs=nnx.Rngs(1))
-    ref.kernel[...] = ours.kernel[...]
-    ref.bias[...] = jax.random.normal(jax.random.key(2), (8,))
-    ours.bias[...] = ref.bias[...]
+    state = nnx.state(ours)  # the same kernel and a random bias in both (every flax version)
+    pure = nnx.to_pure_dict(state) | {"bias": jax.random.normal(jax.random.key(2), (8,))}
+    nnx.replace_by_pure_dict(state, pure)
+    nnx.update(ours, state)
+    nnx.update(ref, state)
     x = jax.random.normal(jax.random.key(3), (2, 13, 13, 3))
     np.testing.assert_allclose(ours(x), ref(x), rtol=1e-4, atol=1e-4)
 
@@ -170,8 +172,10 @@ def test_get_model_validation_and_caching():
         get_model("mlp", 1, (28, 28, 1))
     with pytest.raises(ValueError, match=r"num_classes must be an integer; got \(28, 28, 1\)"):
         get_model("mlp", (28, 28, 1), 10)  # arguments swapped
-    with pytest.raises(ValueError, match="input_shape"):
-        get_model("mlp", 10, (28, 28))
+    with pytest.raises(ValueError, match=r"input_shape must be a non-empty tuple.*\(28, 0\)"):
+        get_model("mlp", 10, (28, 0))
+    with pytest.raises(ValueError, match=r"input_shape must be a non-empty tuple.*got \(\)"):
+        get_model("mlp", 10, ())
     assert get_model("mlp", 10, (28, 28, 1)) is get_model("mlp", 10, [28, 28, 1])
     m = get_model("logreg", 10, (28, 28, 1))
     check_model_fits(m, (28, 28, 1), 10)
@@ -244,7 +248,9 @@ def test_registered_model_that_fails_to_run_raises_value_error(registry_cleanup)
         return _Tiny((2, 2, 1), num_classes, rngs=rngs)  # Linear expects 4 features, gets 16
 
     register_model("u1", wrong_input_size)
-    with pytest.raises(ValueError, match=r"model 'u1' cannot be built for input_shape \(4, 4, 1\)"):
+    with pytest.raises(
+        ValueError, match=r"model 'u1' cannot be built or run on uint8 inputs \(2, 4, 4, 1\)"
+    ):
         get_model("u1", 3, (4, 4, 1))
 
 
@@ -266,3 +272,62 @@ def test_docs_example_registers_and_runs(registry_cleanup):
     assert result.config.model == "mine" and "mine" in available_models()
     acc = result.target_accuracy("fedavg")
     assert acc.shape == (2,) and np.all(acc > 0.3)  # chance is 0.1
+
+
+# --------------------------------------------------------------------------- contract
+class _WithBatchNorm(nnx.Module):
+    def __init__(self, input_shape, num_classes, *, rngs: nnx.Rngs):
+        self.out = nnx.Linear(int(np.prod(input_shape)), num_classes, rngs=rngs)
+        self.norm = nnx.BatchNorm(num_classes, rngs=rngs)
+
+    def __call__(self, x):
+        return self.norm(self.out(x.astype(jnp.float32).reshape(x.shape[0], -1)))
+
+
+class _WithDropout(nnx.Module):
+    """Dropout with its own stream (the builder's rngs hold `params` only)."""
+
+    def __init__(self, input_shape, num_classes, *, rngs: nnx.Rngs):
+        self.out = nnx.Linear(int(np.prod(input_shape)), num_classes, rngs=rngs)
+        self.drop = nnx.Dropout(0.5, rngs=nnx.Rngs(dropout=0))
+
+    def __call__(self, x):
+        return self.drop(self.out(x.astype(jnp.float32).reshape(x.shape[0], -1)))
+
+
+class _DropoutFromBuilderRngs(_WithDropout):
+    def __init__(self, input_shape, num_classes, *, rngs: nnx.Rngs):
+        self.out = nnx.Linear(int(np.prod(input_shape)), num_classes, rngs=rngs)
+        self.drop = nnx.Dropout(0.5, rngs=rngs)  # asks for a 'dropout' stream
+
+
+def _linen_batchnorm(input_shape, num_classes, *, rngs: nnx.Rngs):
+    """A flax linen module with a `batch_stats` collection, through `nnx.bridge`."""
+    import flax.linen as nn
+
+    class Net(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            z = nn.Dense(num_classes)(x.astype(jnp.float32).reshape(x.shape[0], -1))
+            return nn.BatchNorm(use_running_average=True)(z)
+
+    module = nnx.bridge.ToNNX(Net(), rngs=rngs)
+    return nnx.bridge.lazy_init(module, jnp.zeros((1, *input_shape), jnp.uint8))
+
+
+@pytest.mark.parametrize(
+    ("builder", "match"),
+    [
+        (_WithBatchNorm, r"in norm \(BatchNorm\): mean: BatchNorm running statistics"),
+        (_linen_batchnorm, r"BatchNorm_0\.mean: BatchNorm running statistics"),
+        (_WithDropout, r"in drop \(Dropout\): rngs\.\S*count: an RNG stream"),
+        # flax >= 0.11 asks the builder's rngs for a 'dropout' stream, older flax keeps them
+        (_DropoutFromBuilderRngs, r"'dropout'.*\(nnx\.Dropout\) are not|in drop \(Dropout\)"),
+    ],
+)
+def test_model_with_non_parameter_state_is_refused(registry_cleanup, builder, match):
+    register_model("stateful", builder)
+    with pytest.raises(ValueError, match=match) as err:
+        get_model("stateful", 3, (4, 4, 1))
+    assert "model 'stateful'" in str(err.value)
+    assert "GroupNorm or LayerNorm" in str(err.value) and "instead of BatchNorm" in str(err.value)

@@ -9,24 +9,28 @@ Each row is one input and the words its error must contain:
   on stderr naming the problem, without "Traceback";
 - `SCRIPTS`: the same for `scripts/robustness.py` and `scripts/reproduce.py`.
 
-Grow it by adding rows. `{name}` in a command line is replaced by a path of `Files`.
-The subprocess rows are in the slow tier (about a minute on 2 cores); the in-process rows are
-quick. Checkpoint inputs (a rerun without --resume, changed data on --resume, a corrupted
-latest step, a double Ctrl-C, two runs into one --out) are listed in `LATER`: they belong to
-the run/sweep driver.
+Grow it by adding rows. `{name}` in a command line is replaced by a path of `Files` or of
+`Checkpoints` (output directories holding checkpoints: interrupted, busy, of other data, of an
+earlier version, damaged). The subprocess rows are in the slow tier (about a minute on 2
+cores); the in-process rows are quick. What needs a process killed or interrupted at a chosen
+moment (kill -9 then a rerun, --resume, --overwrite; a double Ctrl-C; two runs at once) is
+driven through real processes in `test_checkpoint_processes.py`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -68,6 +72,79 @@ def files(tmp_path_factory) -> Files:
     )  # fmt: skip
 
 
+# the run every checkpoint below was interrupted in (the CLI's TINY with 3 rounds)
+CKPT_RUN = dict(model="logreg", num_neighbors=3, rounds=3, algorithms=("local",))
+CKPT_ARGS = [*TINY, "--rounds", "3"]
+
+
+class _Stop(Exception):
+    pass
+
+
+def _interrupted(out: Path, **fields: Any) -> Path:
+    """`out/checkpoint` of `CKPT_RUN` (with `fields`) stopped after round 2 (steps 1 and 2)."""
+    from pfedwn_jax.experiment import ExperimentConfig, run
+
+    def stop(name: str, rounds_done: int, metrics: Any) -> None:
+        if rounds_done == 2:
+            raise _Stop
+
+    with contextlib.suppress(_Stop):
+        run(ExperimentConfig(**{**CKPT_RUN, **fields}), progress=False, block=1,
+            checkpoint=out / "checkpoint", callback=stop)  # fmt: skip
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpoints:
+    """Output directories holding a checkpoint (made once per module, never changed)."""
+
+    interrupted: Path  # `CKPT_RUN` stopped after round 2
+    busy: Path  # the same, its lock held by this test process (another job writing it)
+    data: Path  # the npz file of `changed`
+    changed: Path  # `CKPT_RUN` on `npz:data`, whose content changed since
+    old: Path  # an earlier version's checkpoint (state.npz)
+    a_file: Path  # `checkpoint` is a regular file
+    truncated: Path  # `CKPT_RUN` whose newest step's files are cut short (copy before use)
+
+
+@pytest.fixture(scope="module")
+def ckpts(tmp_path_factory) -> Any:
+    from pfedwn_jax.runner.checkpoint import _lock
+
+    d = tmp_path_factory.mktemp("checkpoints")
+    interrupted = _interrupted(d / "interrupted")
+    busy = d / "busy"
+    shutil.copytree(interrupted, busy)
+    data = d / "data.npz"
+    rng = np.random.default_rng(0)
+    x, y = rng.integers(0, 255, (200, 4, 4, 1), dtype=np.uint8), rng.integers(0, 3, 200)
+    np.savez(data, x_train=x, y_train=y)
+    changed = _interrupted(d / "changed", dataset=f"npz:{data}")
+    np.savez(data, x_train=x[::-1], y_train=y[::-1])  # the same samples, another order
+    (d / "old" / "checkpoint").mkdir(parents=True)
+    (d / "old" / "checkpoint" / "state.npz").write_bytes(b"an earlier version's checkpoint")
+    (d / "a_file").mkdir()
+    (d / "a_file" / "checkpoint").write_text("not a directory")
+    truncated = d / "truncated"
+    shutil.copytree(interrupted, truncated)
+    state = truncated / "checkpoint" / "state"
+    newest = max(int(p.name) for p in state.iterdir() if p.name.isdigit())
+    for f in (state / str(newest)).rglob("*"):
+        if f.is_file():
+            f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+    lock = _lock(busy / "checkpoint")
+    yield Checkpoints(interrupted, busy, data, changed, d / "old", d / "a_file", truncated)
+    lock.close()
+
+
+def _scratch(path: Path) -> Path:
+    """A fresh copy of the output directory `path` (for a row that may write into it)."""
+    copy = path.with_name(f"{path.name}-{os.getpid()}-{len(list(path.parent.iterdir()))}")
+    shutil.copytree(path, copy)
+    return copy
+
+
 # --------------------------------------------------------------------------- the API
 def _config(**kw: Any) -> Any:
     from pfedwn_jax.experiment import ExperimentConfig
@@ -93,6 +170,20 @@ def _sweep(**kw: Any) -> Any:
 
     cfg = _config(model="logreg", num_neighbors=3, rounds=1, algorithms=("local",))
     return pfedwn_jax.sweep(cfg, progress=False, **kw)
+
+
+def _ckpt_run(out: Path, **kw: Any) -> Any:
+    """`run` of `CKPT_RUN` (its fields replaced by `fields`) checkpointed into `out`."""
+    fields = kw.pop("fields", {})
+    return _run(_config(**{**CKPT_RUN, **fields}), checkpoint=out / "checkpoint", **kw)
+
+
+def _on_a_small_device(call: Callable[[], Any]) -> Any:
+    """`call()` where every device reports 1 MiB free (the memory plan refuses first)."""
+    from pfedwn_jax.runner import memory
+
+    with mock.patch.object(memory, "available_bytes", lambda device=None: 1 << 20):
+        return call()
 
 
 def _estimate() -> Any:
@@ -203,6 +294,85 @@ API: list[tuple[str, Callable[[Files], Any], str]] = [
         lambda f: __import__("pfedwn_jax.devices").devices.use_cpu_devices(0),
         "count",
     ),
+    (
+        "run whose memory plan exceeds the device",
+        lambda f: _on_a_small_device(_run),
+        "free on a device",
+    ),
+    (
+        "sweep whose memory plan exceeds the device",
+        lambda f: _on_a_small_device(lambda: _sweep(seeds="0-3")),
+        "free on a device",
+    ),
+    (
+        "sweep resume and overwrite",
+        lambda f: _sweep(checkpoint=f.dir / "c", resume=True, overwrite=True),
+        "exclude each other",
+    ),
+    ("sweep checkpoint is a file", lambda f: _sweep(checkpoint=f.file), "checkpoint"),
+]
+
+# (id, call with the Checkpoints, words of the ValueError): checkpoints through the API
+CKPT_API: list[tuple[str, Callable[[Checkpoints], Any], str]] = [
+    ("run into an interrupted checkpoint", lambda c: _ckpt_run(c.interrupted), "resume=True"),
+    (
+        "run of other settings into an interrupted checkpoint",
+        lambda c: _ckpt_run(c.interrupted, fields={"rounds": 1}),
+        "overwrite=True",
+    ),
+    (
+        "sweep into an interrupted checkpoint",
+        lambda c: _sweep(checkpoint=c.interrupted / "checkpoint"),
+        "resume=True",
+    ),
+    (
+        "run resume with other rounds",
+        lambda c: _ckpt_run(c.interrupted, fields={"rounds": 5}, resume=True),
+        "rounds 3 then, 5 now",
+    ),
+    (
+        "run resume with another lr",
+        lambda c: _ckpt_run(c.interrupted, fields={"lr": 0.5}, resume=True),
+        "lr 0.05 then, 0.5 now",
+    ),
+    (
+        "run resume with another method",
+        lambda c: _ckpt_run(c.interrupted, fields={"algorithms": ("fedavg",)}, resume=True),
+        "algorithms ['local'] then, ['fedavg'] now",
+    ),
+    (
+        "run resume with kept records",
+        lambda c: _ckpt_run(c.interrupted, resume=True, records=("pi",)),
+        "records kept",
+    ),
+    (
+        "run resume after the npz data changed",
+        lambda c: _ckpt_run(c.changed, fields={"dataset": f"npz:{c.data}"}, resume=True),
+        "changed since it was written: SHA-256",
+    ),
+    (
+        "run resume and overwrite",
+        lambda c: _ckpt_run(c.interrupted, resume=True, overwrite=True),
+        "exclude each other",
+    ),
+    ("run into a busy checkpoint", lambda c: _ckpt_run(c.busy), "in use by another process"),
+    (
+        "run resume of a busy checkpoint",
+        lambda c: _ckpt_run(c.busy, resume=True),
+        "in use by another process",
+    ),
+    (
+        "run overwrite of a busy checkpoint",
+        lambda c: _ckpt_run(c.busy, overwrite=True),
+        "in use by another process",
+    ),
+    (
+        "run resume of an earlier version's checkpoint",
+        lambda c: _ckpt_run(c.old, resume=True),
+        "earlier version (state.npz)",
+    ),
+    ("run into an earlier version's checkpoint", lambda c: _ckpt_run(c.old), "resume=True"),
+    ("run checkpoint path is a file", lambda c: _ckpt_run(c.a_file), "is a file"),
 ]
 
 
@@ -212,6 +382,16 @@ def test_api_bad_input_is_a_named_value_error(files, call, words):
         call(files)
     assert words in str(err.value), str(err.value)
     assert "Traceback" not in str(err.value) and len(str(err.value)) < 1500
+
+
+@pytest.mark.parametrize(("call", "words"), [a[1:] for a in CKPT_API], ids=[a[0] for a in CKPT_API])
+def test_api_bad_checkpoint_input_is_a_named_value_error_and_keeps_it(ckpts, call, words):
+    before = sorted(str(p) for p in ckpts.interrupted.rglob("*"))
+    with pytest.raises(ValueError) as err:
+        call(ckpts)
+    assert words in str(err.value), str(err.value)
+    assert "Traceback" not in str(err.value) and len(str(err.value)) < 1500
+    assert sorted(str(p) for p in ckpts.interrupted.rglob("*")) == before
 
 
 # --------------------------------------------------------------------------- handled
@@ -242,7 +422,7 @@ def _eps_ceiling(files: Files) -> None:
     _config(eps=0.3)
 
 
-# (id, call, words of the one warning it logs; None: no warning expected)
+# (id, call, words of the one warning it logs)
 HANDLED: list[tuple[str, Callable[[Files], None], str]] = [
     ("batch larger than every client", _clamped, "larger than every client"),
     ("one stray label", _stray_label, "only 5 distinct labels"),
@@ -256,6 +436,37 @@ def test_suspicious_input_is_handled_with_a_warning(files, caplog, call, words):
     with caplog.at_level(logging.WARNING, logger="pfedwn_jax"):
         call(files)
     assert words in caplog.text, caplog.text
+
+
+# (id, call with the Checkpoints, words of the one warning it logs; None: no warning)
+CKPT_HANDLED: list[tuple[str, Callable[[Checkpoints], None], str | None]] = [
+    (
+        "resume with the newest step truncated",
+        lambda c: _ckpt_run(_scratch(c.truncated), resume=True),
+        "cannot be read",
+    ),
+    (
+        "resume with no checkpoint yet",
+        lambda c: _ckpt_run(c.interrupted.parent / "nothing-to-resume", resume=True),
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("call", "words"), [h[1:] for h in CKPT_HANDLED], ids=[h[0] for h in CKPT_HANDLED]
+)
+def test_suspicious_checkpoint_is_handled_with_one_warning(ckpts, caplog, call, words):
+    """One line of ours naming what was done (a step skipped, the one resumed from), no
+    lines from orbax."""
+    with caplog.at_level(logging.WARNING):
+        call(ckpts)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    if words is None:
+        assert not warnings, warnings
+    else:
+        assert len(warnings) == 1 and words in warnings[0], warnings
+        assert "resuming from step 1" in warnings[0], warnings
 
 
 # --------------------------------------------------------------------------- processes
@@ -303,6 +514,39 @@ CLI: list[tuple[str, list[str], str]] = [
     ("sweep eps above ceiling", ["sweep", *TINY, "--eps", "0.2"], "above 0.1353"),
     ("no such command", ["no-such-command"], "no-such-command"),
     ("cpu devices 0", ["--cpu-devices", "0", "neighbors"], "--cpu-devices"),
+    ("run resume and overwrite", ["run", *TINY, "--resume", "--overwrite"], "not allowed with"),
+    ("sweep resume and overwrite", ["sweep", *TINY, "--resume", "--overwrite"], "not allowed"),
+    # an --out holding a checkpoint (`Checkpoints`)
+    ("run rerun without --resume", ["run", *CKPT_ARGS, "--out", "{interrupted}"], "--resume"),
+    ("run rerun, other settings", ["run", *TINY, "--out", "{interrupted}"], "--overwrite"),
+    ("sweep rerun without --resume", ["sweep", *TINY, "--out", "{interrupted}"], "--resume"),
+    (
+        "run resume, other rounds",
+        ["run", *CKPT_ARGS, "--rounds", "5", "--out", "{interrupted}", "--resume"],
+        "rounds 3 then, 5 now",
+    ),
+    (
+        "run resume, other method",
+        ["run", *CKPT_ARGS, "--algorithms", "fedavg", "--out", "{interrupted}", "--resume"],
+        "['local'] then, ['fedavg'] now",
+    ),
+    (
+        "run resume, npz data changed",
+        ["run", *CKPT_ARGS, "--dataset", "npz:{data}", "--out", "{changed}", "--resume"],
+        "changed since it was written: SHA-256",
+    ),
+    ("run into a busy --out", ["run", *CKPT_ARGS, "--out", "{busy}"], "in use by another"),
+    ("run resume, busy", ["run", *CKPT_ARGS, "--out", "{busy}", "--resume"], "in use by"),
+    ("run overwrite, busy", ["run", *TINY, "--out", "{busy}", "--overwrite"], "in use by"),
+    ("sweep into a busy --out", ["sweep", *TINY, "--out", "{busy}"], "in use by another"),
+    (
+        "run resume, an earlier version",
+        ["run", *CKPT_ARGS, "--out", "{old}", "--resume"],
+        "earlier version (state.npz)",
+    ),
+    ("sweep resume, an earlier version", ["sweep", *TINY, "--out", "{old}", "--resume"], "earlier"),
+    ("run --out/checkpoint a file", ["run", *TINY, "--out", "{a_file}"], "is a file"),
+    ("sweep --out/checkpoint a file", ["sweep", *TINY, "--out", "{a_file}"], "is a file"),
 ]
 
 ROBUSTNESS = [str(ROOT / "scripts" / "robustness.py"), "--preset", "tiny"]
@@ -325,19 +569,11 @@ SCRIPTS: list[tuple[str, list[str], str]] = [
     ("reproduce cpu 0", [*REPRODUCE, "--out", "{dir}/p", "--cpu-devices", "0"], "--cpu"),
 ]
 
-#: Inputs for the run/sweep driver's checkpoint work, not probed yet.
-LATER = (
-    "pfedwn run/sweep rerun into an --out with a checkpoint, without --resume",
-    "--resume after the npz: data file changed",
-    "--resume with the newest orbax step truncated (the previous one intact)",
-    "a second Ctrl-C 0.01-0.3 s after the first",
-    "two runs into one --out at once",
-    "run() / sweep() whose memory plan exceeds the device (check_fits not wired yet)",
-)
 
-
-def _process(argv: list[str], files: Files) -> subprocess.CompletedProcess:
+def _process(argv: list[str], files: Files, ckpts: Checkpoints | None = None):
     names = {f.name: str(getattr(files, f.name)) for f in dataclasses.fields(Files)}
+    if ckpts is not None:
+        names |= {f.name: str(getattr(ckpts, f.name)) for f in dataclasses.fields(Checkpoints)}
     args = [a.format(**names) for a in argv]
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     return subprocess.run(
@@ -350,9 +586,14 @@ def _process(argv: list[str], files: Files) -> subprocess.CompletedProcess:
     )
 
 
-def _check_processes(rows: list[tuple[str, list[str], str]], prefix: list[str], files: Files):
+def _check_processes(
+    rows: list[tuple[str, list[str], str]],
+    prefix: list[str],
+    files: Files,
+    ckpts: Checkpoints | None = None,
+):
     with ThreadPoolExecutor(max_workers=2) as pool:
-        done = list(pool.map(lambda row: _process([*prefix, *row[1]], files), rows))
+        done = list(pool.map(lambda row: _process([*prefix, *row[1]], files, ckpts), rows))
     bad = []
     for (name, _, words), proc in zip(rows, done, strict=True):
         lines = proc.stderr.strip().splitlines()
@@ -363,8 +604,10 @@ def _check_processes(rows: list[tuple[str, list[str], str]], prefix: list[str], 
 
 
 @pytest.mark.slow
-def test_cli_bad_input_exits_2_with_one_line(files):
-    _check_processes(CLI, ["-m", "pfedwn_jax"], files)
+def test_cli_bad_input_exits_2_with_one_line(files, ckpts):
+    before = sorted(str(p) for p in ckpts.interrupted.rglob("*"))
+    _check_processes(CLI, ["-m", "pfedwn_jax"], files, ckpts)
+    assert sorted(str(p) for p in ckpts.interrupted.rglob("*")) == before
 
 
 @pytest.mark.slow
@@ -373,7 +616,7 @@ def test_scripts_bad_input_exits_2_with_one_line(files):
 
 
 def test_the_probe_holds_at_least_sixty_inputs():
-    tables = (API, HANDLED, CLI, SCRIPTS)
+    tables = (API, CKPT_API, HANDLED, CKPT_HANDLED, CLI, SCRIPTS)
     assert sum(len(t) for t in tables) >= 60
     for table in tables:  # ids name the failing row: unique within a table
         assert len({row[0] for row in table}) == len(table)

@@ -203,6 +203,19 @@ def test_benign_orbax_lines_are_dropped_and_real_ones_kept(caplog):
     tmp += "directory since it is not finalized."
     assert not _absl_records(caplog, lambda a: a.warning(tmp, "/x/3.orbax-checkpoint-tmp"))
     assert _absl_records(caplog, lambda a: a.warning("Metadata file does not exist: %s", "/x"))
+    # a save in progress reading its own step metadata file (orbax's race), and a finished one
+    in_progress, done = (
+        "/x/s/13.orbax-checkpoint-tmp/_CHECKPOINT_METADATA",
+        "/x/s/13/_CHECKPOINT_METADATA",
+    )
+    missing = "Metadata file does not exist: %s"
+    empty = "Failed to json parse Metadata file: %s, file content: %s, error: %s"
+    error = "Expecting value: line 1 column 1 (char 0)"
+    assert not _absl_records(caplog, lambda a: a.warning(missing, in_progress))
+    assert not _absl_records(caplog, lambda a: a.error(empty, in_progress, "", error))
+    assert _absl_records(caplog, lambda a: a.warning(missing, done))
+    assert _absl_records(caplog, lambda a: a.error(empty, done, "", error))
+    assert _absl_records(caplog, lambda a: a.error(empty, in_progress, '{"item', error))
 
     def failed(exc):
         def emit(a):

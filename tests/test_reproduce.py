@@ -206,8 +206,8 @@ def test_fig7_shows_the_capped_partition_the_runs_train_on(tmp_path):
 
 @pytest.mark.slow
 def test_tiny_preset_end_to_end_through_the_script(tmp_path):
-    """`scripts/reproduce.py --preset tiny` with every learning item (about 1.5 minutes)."""
-    items = "table2,table3,fig1,fig8,fig9"
+    """`scripts/reproduce.py --preset tiny` with every learning item (about 2.5 minutes)."""
+    items = "table2,em,table3,fig1,fig8,fig9"
     cmd = [sys.executable, str(ROOT / "scripts" / "reproduce.py"), "--only", items,
            "--preset", "tiny", "--out", str(tmp_path)]  # fmt: skip
     subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True, timeout=600)
@@ -221,9 +221,14 @@ def test_tiny_preset_end_to_end_through_the_script(tmp_path):
     _check_table(tmp_path / "table2.csv", tiny)
     _check_table(tmp_path / "table3.csv", tiny)
     methods = [r["method"] for r in _csv_rows(tmp_path / "table2.csv")]
-    assert sum(m.startswith("pfedwn (") for m in methods) == 3 * 3  # EM variants x cases
-    pairs = json.loads((tmp_path / "em_variants.json").read_text())["pairs"]
+    assert sorted(methods) == sorted(presets.METHODS * 3)  # three cases x six methods
+    _check_table(tmp_path / "em_variants.csv", tiny)
+    variants = [r["method"] for r in _csv_rows(tmp_path / "em_variants.csv")]
+    assert len(variants) == 3 * 3 and all(m.startswith("pfedwn (") for m in variants)
+    pairs = json.loads((tmp_path / "em_pairs.json").read_text())["pairs"]
     assert len(pairs) == 3 * 3 and all(p["n"] == len(tiny.seeds) for p in pairs)
+    local = json.loads((tmp_path / "paired_to_local.json").read_text())["pairs"]
+    assert len(local) == 5 * 4  # five methods x (three cases + the 20-neighbor network)
     report = (tmp_path / "REPORT.md").read_text()
     assert "Table III" in report and "Chosen hyperparameters" in report
 

@@ -14,6 +14,7 @@ from helpers import shared_data_file
 from pfedwn_jax.experiment import ExperimentConfig, build_federation
 from pfedwn_jax.reproduce.cases import (
     DIFFERENT,
+    MIN_TARGET_SAMPLES,
     SIMILAR,
     case_rows,
     config_label_counts,
@@ -72,8 +73,11 @@ def test_similarity_cases_keep_4_3_2_and_meet_the_criterion(quick_mnist):
     cases = paper_cases(config, criterion="similarity")  # loads the counts itself
     assert [c.num_selected for c in cases] == [4, 3, 2]
     assert len({c.target for c in cases}) == 3  # three different targets
-    assert len({c.topology_seed for c in cases}) == 1 and all(c.shared for c in cases)
+    one_network = len({c.topology_seed for c in cases}) == 1
+    assert all(c.shared == one_network for c in cases)
     for case in cases:
+        assert case.criterion == "similarity"
+        assert counts[case.target].sum() >= MIN_TARGET_SAMPLES
         fed = build_federation(case.config(config))  # the run's own federation
         assert tuple(fed.data_client[1:]) == case.selected_clients
         sim = _one_minus_tv(counts, case.target, case.selected_clients)
@@ -83,6 +87,8 @@ def test_similarity_cases_keep_4_3_2_and_meet_the_criterion(quick_mnist):
     assert [r["case"] for r in rows] == ["Case 1", "Case 2", "Case 3"]
     for row, case in zip(rows, cases, strict=True):
         assert row["neighbors"] == list(case.selected_clients) and row["meets"]
+        assert row["criterion"] == "similarity" and row["topology_seed"] == case.topology_seed
+        assert row["target_samples"] == counts[case.target].sum()
         np.testing.assert_allclose(row["similarity"], case.similarity)
         assert "similar" in row["role"] and "different" in row["role"]
 
@@ -98,7 +104,8 @@ def test_similarity_targets_are_the_first_that_qualify(quick_mnist):
         for t in range(config.num_clients):
             fed = build_federation(case.config(config).replace(target=t))
             sim = _one_minus_tv(counts, t, fed.data_client[1:])
-            if sim.max() >= SIMILAR and sim.min() <= DIFFERENT:
+            big = counts[t].sum() >= MIN_TARGET_SAMPLES
+            if big and sim.max() >= SIMILAR and sim.min() <= DIFFERENT:
                 ok.append(t)
         fits.append(ok)
     first = next(
@@ -107,6 +114,20 @@ def test_similarity_targets_are_the_first_that_qualify(quick_mnist):
         if len(set(p)) == 3
     )
     assert tuple(c.target for c in cases) == first
+
+
+def test_small_targets_are_not_cases(quick_mnist):
+    """Without the size rule the search takes targets of fewer than 100 samples (the quick
+    MNIST data has three such clients); with it, none."""
+    config, counts = quick_mnist
+    sizes = counts.sum(1)
+    assert (sizes < MIN_TARGET_SAMPLES).any()
+    loose = paper_cases(config, criterion="similarity", label_counts=counts, min_target_samples=0)
+    assert min(sizes[c.target] for c in loose) < MIN_TARGET_SAMPLES
+    strict = paper_cases(config, criterion="similarity", label_counts=counts)
+    assert min(sizes[c.target] for c in strict) >= MIN_TARGET_SAMPLES
+    with pytest.raises(ValueError, match="at least 301 samples"):
+        paper_cases(config, criterion="similarity", label_counts=counts, min_target_samples=301)
 
 
 def test_counts_cases_stay_available_and_may_miss_the_criterion(quick_mnist):

@@ -94,7 +94,7 @@ def test_resume_after_interruption_gives_the_same_numbers(tmp_path, monkeypatch)
 def test_resume_of_another_sweep_is_refused(tmp_path):
     config = ExperimentConfig(**{**VARIED, "rounds": 1}, algorithms=("local",))
     sweep(config, seeds=[0], progress=False, checkpoint=tmp_path)
-    with pytest.raises(ValueError, match="different config"):
+    with pytest.raises(ValueError, match=r"another job: .*seed 0 then, 1 now"):
         sweep(config, seeds=[1], progress=False, checkpoint=tmp_path, resume=True)
 
 

@@ -1,7 +1,9 @@
 """The `pfedwn` command line: a thin layer over the Python API.
 
 Each subcommand lives in its own module exposing `add_parser(subparsers)`; the parser sets
-`func(args) -> int`. Errors become one line on stderr, never a traceback:
+`func(args) -> int`. `--import MODULE` (any position, repeatable; `cli.plugins`) imports the
+user's modules before the flags are checked, so the models, algorithms and datasets they
+register are usable by name. Errors become one line on stderr, never a traceback:
 
 - exit status 2: a usage error from the parser (a bad flag or flag value) or a `ValueError`,
   i.e. the command line asks for something impossible (a bad value, an output path that is
@@ -10,7 +12,9 @@ Each subcommand lives in its own module exposing `add_parser(subparsers)`; the p
   read-only meanwhile), printed with the path it concerns: the input was fine, the system
   failed, so the status differs from a usage error;
 - exit status 3 (`pfedwn run`): finished and wrote its results, but a method diverged;
-- exit status 130: interrupted (Ctrl-C).
+- exit status 130: interrupted (Ctrl-C): the first Ctrl-C stops the work cleanly (a run's or
+  sweep's checkpoint keeps its last complete step; the command says how to resume), a second
+  one exits at once, also with 130 (`pfedwn_jax.interrupts`). Never a traceback or a crash.
 
 The scripts (`scripts/reproduce.py`, `scripts/robustness.py`) share the parser, the error
 handling and the argument checks (`cli.common`).
@@ -24,6 +28,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from pfedwn_jax.cli import data, neighbors, run, sweep
 from pfedwn_jax.cli.common import OneLineParser, describe_os_error, run_command
+from pfedwn_jax.cli.plugins import add_import_flag, early_options, import_modules
 from pfedwn_jax.devices import use_cpu_devices
 
 __all__ = ["OneLineParser", "build_parser", "describe_os_error", "main"]
@@ -57,10 +62,20 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for module in SUBCOMMANDS:
         module.add_parser(sub)
+    add_import_flag(parser)  # `pfedwn --import M run` as well as `pfedwn run --import M`
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    early = early_options(argv)
+    if early.cpu_devices is None or early.cpu_devices >= 1:
+        use_cpu_devices(early.cpu_devices)  # before the first JAX computation, user code's too
+    try:
+        import_modules(early.imports)  # before the parser and the config checks see the names
+    except ValueError as e:
+        print(f"pfedwn: error: {e}", file=sys.stderr)
+        return 2
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -68,7 +83,6 @@ def main(argv: list[str] | None = None) -> int:
         return int(e.code or 0)
     if args.cpu_devices is not None and args.cpu_devices < 1:
         parser.error(f"--cpu-devices must be >= 1; got {args.cpu_devices}")
-    use_cpu_devices(args.cpu_devices)  # before this process's first JAX computation
     return run_command(f"pfedwn {args.command}", lambda: args.func(args))
 
 

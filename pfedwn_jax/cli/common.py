@@ -3,7 +3,8 @@
 - `OneLineParser`: a usage error is one line on stderr and exit status 2;
 - `run_command`: runs a command's work and turns its exceptions into one line and an exit
   status (2: a `ValueError`, the input asks for something impossible; 1: an `OSError`, the
-  system failed; 130: Ctrl-C), never a traceback;
+  system failed; 130: Ctrl-C, a second Ctrl-C exiting at once, `interrupts`), never a
+  traceback;
 - argument types and checks that fail before any work: `out_path` (an empty `--out` is
   refused, not read as the current directory), `check_out_dir` (writable),
   `parse_seed_list`, `parse_methods`, `as_flag` (a parser's error named by its flag),
@@ -22,11 +23,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pfedwn_jax.interrupts import EXIT_INTERRUPTED, exit_now, interrupt_guard
 from pfedwn_jax.io import check_writable_dir
 
 EXIT_USAGE = 2  # a bad argument or value: nothing was done
 EXIT_SYSTEM = 1  # the input was fine, the system failed (disk full, permissions)
-EXIT_INTERRUPTED = 130
 T = TypeVar("T")
 NO_SELECTION = "; --selection false runs without selection"
 
@@ -43,7 +44,24 @@ class OneLineParser(argparse.ArgumentParser):
 
 def run_command(prog: str, work: Callable[[], int | None]) -> int:
     """`work()`'s exit status, with its errors as one line on stderr prefixed by `prog`:
-    `ValueError` -> 2, `OSError` -> 1 (with the path it concerns), Ctrl-C -> 130."""
+    `ValueError` -> 2, `OSError` -> 1 (with the path it concerns), Ctrl-C -> 130.
+
+    The whole command runs under `interrupts.interrupt_guard()`: a first Ctrl-C unwinds the
+    work (a checkpoint's last save completes), says so and ends the process with 130 at once
+    (`interrupts.exit_now`: a Ctrl-C during Python's shutdown would kill it by the signal); a
+    second one exits with 130 at once wherever it lands. A `KeyboardInterrupt` raised without
+    a signal (a test) returns 130."""
+    with interrupt_guard() as guard:
+        try:
+            return _statuses(prog, work)
+        except KeyboardInterrupt:  # also one landing in `_statuses`'s own handlers
+            print(f"{prog}: interrupted", file=sys.stderr)
+            if guard.received:
+                exit_now(EXIT_INTERRUPTED)
+            return EXIT_INTERRUPTED
+
+
+def _statuses(prog: str, work: Callable[[], int | None]) -> int:
     try:
         return int(work() or 0)
     except ValueError as e:
@@ -52,9 +70,6 @@ def run_command(prog: str, work: Callable[[], int | None]) -> int:
     except OSError as e:
         print(f"{prog}: error: {describe_os_error(e)}", file=sys.stderr)
         return EXIT_SYSTEM
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
 
 
 def describe_os_error(e: OSError) -> str:

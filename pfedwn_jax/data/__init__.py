@@ -2,6 +2,9 @@
 
 fed = make_federated(DEFAULT_DATASET, num_clients=11, scheme="paper", seed=0)
 fed.train.x  # [11, max_train, 28, 28, 1] uint8
+
+Arrays in memory (float features of any shape, or uint8 images) become a named dataset with
+`register_dataset(name, x_train, y_train, x_test, y_test)`.
 """
 
 from pfedwn_jax.data.arrays import Dataset
@@ -12,6 +15,7 @@ from pfedwn_jax.data.datasets import (
     DEFAULT_DATASET,
     FILE_DATASETS,
     available_datasets,
+    dataset_fingerprint,
     load_dataset,
     load_npz,
     save_npz,
@@ -38,6 +42,7 @@ from pfedwn_jax.data.partition import (
     partition,
     partition_natural,
 )
+from pfedwn_jax.data.registry import register_dataset, registered_datasets, unregister_dataset
 from pfedwn_jax.data.stacking import (
     bucket_groups,
     bucketize,
@@ -75,6 +80,7 @@ __all__ = [
     "cap_parts",
     "check_enough_samples",
     "client_label_counts",
+    "dataset_fingerprint",
     "epoch_indices",
     "format_bytes",
     "label_counts",
@@ -93,9 +99,12 @@ __all__ = [
     "pool_arrays",
     "pool_writers",
     "prepare_tfds",
+    "register_dataset",
+    "registered_datasets",
     "save_npz",
     "split_train_test",
     "stack_clients",
     "steps_per_epoch",
     "to_device",
+    "unregister_dataset",
 ]

@@ -1,24 +1,34 @@
 """The `Dataset` container and the checks that turn raw arrays into one.
 
 Shared by every source (`pfedwn_jax.data.datasets` for the embedded default and `.npz`
-files, `pfedwn_jax.data.tfds_source` for TFDS), which depend on it and not on each other.
+files, `pfedwn_jax.data.tfds_source` for TFDS, `pfedwn_jax.data.registry` for arrays in
+memory), which depend on it and not on each other.
+
+Inputs are either uint8 pixels (images `[n, H, W, C]`, normalised to [0, 1] inside the model,
+so the stacked client arrays stay 4x smaller than float32) or float32 features of any shape
+`[n, ...]` (tabular data, channel-state vectors), which the model takes as they are.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 
 import numpy as np
+
+# The input dtypes a `Dataset` holds: uint8 pixels or float32 features.
+INPUT_DTYPES = ("uint8", "float32")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Dataset:
-    """A labelled image dataset held in host memory.
+    """A labelled dataset held in host memory.
 
     Attributes:
-      x_train: `[n_train, H, W, C]` uint8 images.
+      x_train: `[n_train, ...]` inputs: uint8 images `[n_train, H, W, C]` or finite float32
+        features of any shape (`[n_train, d]` for vectors).
       y_train: `[n_train]` int32 labels in `[0, num_classes)`.
-      x_test: `[n_test, H, W, C]` uint8 images (`n_test` may be 0).
+      x_test: `[n_test, ...]` inputs like `x_train` (`n_test` may be 0).
       y_test: `[n_test]` int32 labels.
       num_classes: number of classes C.
       name: the name it was loaded under.
@@ -48,9 +58,14 @@ class Dataset:
         return self.writer_train is not None
 
     @property
-    def input_shape(self) -> tuple[int, int, int]:
-        """`(H, W, C)` of one image."""
-        return tuple(int(s) for s in self.x_train.shape[1:])  # type: ignore[return-value]
+    def input_shape(self) -> tuple[int, ...]:
+        """Shape of one input: `(H, W, C)` of an image, `(d,)` of a feature vector."""
+        return tuple(int(s) for s in self.x_train.shape[1:])
+
+    @property
+    def input_dtype(self) -> str:
+        """ "uint8" (pixels) or "float32" (features)."""
+        return str(self.x_train.dtype)
 
     def __repr__(self) -> str:
         return (
@@ -74,19 +89,14 @@ def validate_arrays(
             f"dataset {name!r}: num_classes must be an integer >= 2; got {num_classes!r}"
         )
     for split, x, y in (("train", x_train, y_train), ("test", x_test, y_test)):
-        if x.dtype != np.uint8:
-            raise ValueError(f"dataset {name!r}: x_{split} must be uint8; got {x.dtype}")
-        if x.ndim != 4:
-            raise ValueError(
-                f"dataset {name!r}: x_{split} must have shape [n, H, W, C]; got {x.shape}"
-            )
+        check_inputs(name, f"x_{split}", x)
         if y.dtype != np.int32 or y.ndim != 1:
             raise ValueError(
                 f"dataset {name!r}: y_{split} must be a 1-D int32 array; got {y.dtype} {y.shape}"
             )
         if len(x) != len(y):
             raise ValueError(
-                f"dataset {name!r}: x_{split} has {len(x)} images but y_{split} {len(y)} labels"
+                f"dataset {name!r}: x_{split} has {len(x)} samples but y_{split} {len(y)} labels"
             )
         if len(y) and (y.min() < 0 or y.max() >= num_classes):
             bad = y[(y < 0) | (y >= num_classes)][0]
@@ -95,11 +105,26 @@ def validate_arrays(
             )
     if len(y_train) == 0:
         raise ValueError(f"dataset {name!r}: the train split is empty")
-    if len(y_test) and x_test.shape[1:] != x_train.shape[1:]:
+    if len(y_test) and (x_test.shape[1:], x_test.dtype) != (x_train.shape[1:], x_train.dtype):
         raise ValueError(
-            f"dataset {name!r}: train images {x_train.shape[1:]} and test images "
-            f"{x_test.shape[1:]} differ in shape"
+            f"dataset {name!r}: train inputs {x_train.dtype} {x_train.shape[1:]} and test "
+            f"inputs {x_test.dtype} {x_test.shape[1:]} differ in shape or dtype"
         )
+
+
+def check_inputs(name: str, key: str, x: np.ndarray) -> None:
+    """Raise `ValueError` unless `x` is uint8 or finite float32 of shape `[n, ...]`."""
+    if str(x.dtype) not in INPUT_DTYPES:
+        raise ValueError(
+            f"dataset {name!r}: {key} must be uint8 (pixels) or float32 (features); got {x.dtype}"
+        )
+    if x.ndim < 2:
+        raise ValueError(
+            f"dataset {name!r}: {key} must have shape [n, ...] with at least one feature axis "
+            f"(one feature per sample: x[:, None]); got {x.shape}"
+        )
+    if x.dtype == np.float32 and not np.isfinite(x).all():
+        raise ValueError(f"dataset {name!r}: {key} must be finite; it holds NaN or infinity")
 
 
 def validate_writers(
@@ -170,3 +195,18 @@ def as_labels(name: str, key: str, y: np.ndarray) -> np.ndarray:
     if y.size and (y.min() < 0 or y.max() > np.iinfo(np.int32).max):
         raise ValueError(f"dataset {name!r}: {key} labels must be >= 0; got {y.min()}")
     return y.astype(np.int32)
+
+
+def fingerprint(dataset: Dataset) -> str:
+    """`"sha256:<hex>"` of the dataset's arrays (dtype, shape and bytes of every split, the
+    writer ids, `num_classes`), not its name: equal data gives equal fingerprints, so a result
+    can say which arrays a name stood for."""
+    digest = hashlib.sha256(f"num_classes={dataset.num_classes}".encode())
+    arrays = [dataset.x_train, dataset.y_train, dataset.x_test, dataset.y_test]
+    if dataset.has_writers:
+        arrays += [dataset.writer_train, dataset.writer_test]
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        digest.update(f"|{a.dtype.str}{a.shape}|".encode())
+        digest.update(a.data)
+    return f"sha256:{digest.hexdigest()}"

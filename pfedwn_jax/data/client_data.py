@@ -14,7 +14,8 @@ class ClientData(NamedTuple):
     """One split (train or test) of every client's data, padded to a common length.
 
     Attributes:
-      x: `[clients, max_samples, H, W, C]` uint8 images (normalised inside the model step).
+      x: `[clients, max_samples, ...]` inputs: uint8 images `[..., H, W, C]` (normalised inside
+        the model) or float32 features (`[..., d]` for vectors).
       y: `[clients, max_samples]` int32 labels (0 in padded slots).
       mask: `[clients, max_samples]` bool, True for real samples.
       count: `[clients]` int32, the number of real samples (= mask.sum(-1)).

@@ -1,11 +1,13 @@
 """Datasets as host NumPy arrays: the embedded default, local files, user `.npz`, LEAF, TFDS.
 
-`load_dataset(name)` returns a `Dataset` with `uint8 [n, H, W, C]` images and int32 labels.
+`load_dataset(name)` returns a `Dataset` with inputs (`uint8 [n, H, W, C]` images, or float32
+features for arrays registered from memory) and int32 labels.
 Names: `DEFAULT_DATASET` (a real MNIST subset shipped in the package, NumPy only),
 `FILE_DATASETS` (e.g. `mnist_full`: a known `.npz` file read from a data directory, no
 download), `npz:PATH` (a user's own arrays, optionally with writer ids), `leaf:PATH` (LEAF json
-such as FEMNIST, by writer) and the TFDS names in `TFDS_NAMES` (read through
-`pfedwn_jax.data.tfds_source`, needs the optional `tfds` extra and a prepared dataset).
+such as FEMNIST, by writer), the TFDS names in `TFDS_NAMES` (read through
+`pfedwn_jax.data.tfds_source`, needs the optional `tfds` extra and a prepared dataset) and the
+names given to arrays in memory with `register_dataset` (`pfedwn_jax.data.registry`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pfedwn_jax.data.arrays import Dataset, as_images, as_labels, as_writers
+from pfedwn_jax.data import registry
+from pfedwn_jax.data.arrays import Dataset, as_images, as_labels, as_writers, fingerprint
 from pfedwn_jax.data.leaf import LEAF_PREFIX, load_leaf
 from pfedwn_jax.data.tfds_source import TFDS_NAMES, DatasetUnavailableError, load_tfds
 
@@ -44,11 +47,19 @@ class FileDataset(NamedTuple):
 FILE_DATASETS = {
     "mnist_full": FileDataset("mnist.npz", 60_000, 10_000, "the full MNIST (60,000 + 10,000)"),
 }
+registry.reserve(*EMBEDDED, *FILE_DATASETS, *TFDS_NAMES)
 
 
 def available_datasets() -> list[str]:
-    """Names `load_dataset` understands (plus `npz:PATH` and `leaf:PATH`)."""
-    return [*EMBEDDED, *FILE_DATASETS, *TFDS_NAMES, f"{NPZ_PREFIX}PATH", f"{LEAF_PREFIX}PATH"]
+    """Names `load_dataset` understands: built in, registered, `npz:PATH` and `leaf:PATH`."""
+    return [
+        *EMBEDDED,
+        *FILE_DATASETS,
+        *TFDS_NAMES,
+        *registry.registered_datasets(),
+        f"{NPZ_PREFIX}PATH",
+        f"{LEAF_PREFIX}PATH",
+    ]
 
 
 def _read_archive(path: Path, name: str) -> dict[str, np.ndarray]:
@@ -200,11 +211,11 @@ def load_dataset(
     """Load a dataset by name (see module docstring) into host memory.
 
     Args:
-      name: `DEFAULT_DATASET`, one of `FILE_DATASETS` or `TFDS_NAMES`, `npz:PATH` or
-        `leaf:PATH`.
+      name: `DEFAULT_DATASET`, one of `FILE_DATASETS` or `TFDS_NAMES`, a name given to arrays
+        with `register_dataset`, `npz:PATH` or `leaf:PATH`.
       data_dir: the folder holding a `FILE_DATASETS` file (default `$PFEDWN_DATA_DIR`), or
         the TFDS data directory (default: `$TFDS_DATA_DIR` or `~/tensorflow_datasets`);
-        ignored for the embedded default, `npz:` and `leaf:`.
+        ignored for the embedded default, registered datasets, `npz:` and `leaf:`.
       download: let TFDS download and prepare a missing dataset (needs TensorFlow and
         network); by default a missing dataset raises `DatasetUnavailableError`.
     """
@@ -212,6 +223,8 @@ def load_dataset(
         raise ValueError(f"dataset name must be a non-empty string; got {name!r}")
     if name in EMBEDDED:
         return load_npz(EMBEDDED[name], name=name)
+    if (registered := registry.get_registered(name)) is not None:
+        return registered
     if name in FILE_DATASETS:
         return load_file_dataset(name, data_dir)
     if name.startswith(NPZ_PREFIX):
@@ -221,3 +234,12 @@ def load_dataset(
     if name in TFDS_NAMES:
         return load_tfds(name, data_dir=data_dir, download=download)
     raise ValueError(f"unknown dataset {name!r}; available: {available_datasets()}")
+
+
+def dataset_fingerprint(name: str = DEFAULT_DATASET, data_dir: str | Path | None = None) -> str:
+    """`"sha256:<hex>"` of the arrays `load_dataset(name, data_dir)` returns (`fingerprint`):
+    what a result records beside the name, so two runs can tell whether they saw the same
+    data. Computed once for a registered dataset, by loading the dataset otherwise."""
+    if registry.get_registered(name) is not None:
+        return registry.registered_fingerprint(name)
+    return fingerprint(load_dataset(name, data_dir=data_dir))

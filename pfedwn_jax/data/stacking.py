@@ -21,13 +21,13 @@ def stack_clients(
     """Gather `parts` of a pool into a padded `ClientData` (host NumPy arrays).
 
     Args:
-      x: `[n, H, W, C]` uint8 pool images.
+      x: `[n, ...]` pool inputs (uint8 images or float32 features).
       y: `[n]` int labels.
       parts: one index array per client; client n's samples fill slots `0..len-1` in order.
       max_samples: padded length (default: the largest part, at least 1).
 
     Returns:
-      `ClientData` with `x [clients, max_samples, H, W, C]` uint8 (padding 0),
+      `ClientData` with `x [clients, max_samples, ...]` of `x`'s dtype (padding 0),
       `y [clients, max_samples]` int32 (padding 0), `mask` bool, `count [clients]` int32.
     """
     counts = np.array([len(p) for p in parts], dtype=np.int32)
@@ -36,7 +36,7 @@ def stack_clients(
     if max_samples < longest:
         raise ValueError(f"max_samples={max_samples} is below the largest client ({longest})")
     num = len(parts)
-    xs = np.zeros((num, max_samples, *x.shape[1:]), dtype=np.uint8)
+    xs = np.zeros((num, max_samples, *x.shape[1:]), dtype=x.dtype)
     ys = np.zeros((num, max_samples), dtype=np.int32)
     for n, p in enumerate(parts):
         xs[n, : len(p)] = x[p]

@@ -69,19 +69,32 @@ def _import_tfds(name: str, data_dir: Path) -> Any:
     return tfds
 
 
-def _to_arrays(name: str, split: str, source: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Read every example of a TFDS data source into `x [n, H, W, C]`, `y [n]`."""
+READ_BATCH = 1024  # examples per batched read of a data source
+
+
+def _to_arrays(
+    name: str, split: str, source: Any, batch: int = READ_BATCH
+) -> tuple[np.ndarray, np.ndarray]:
+    """Read every example of a TFDS data source into `x [n, H, W, C]`, `y [n]`.
+
+    Batched: `source.__getitems__(keys)` (the data sources' batch read; array_record reads the
+    records of a batch together) for `batch` examples at a time, each batch stacked into the
+    preallocated arrays, with a progress bar on a terminal.
+    """
     n = len(source)
     if n == 0:
         return np.zeros((0, 0, 0, 0), np.uint8), np.zeros((0,), np.int32)
-    first = source[0]
-    x = np.empty((n, *np.shape(first["image"])), np.uint8)
-    y = np.empty((n,), np.int64)
-    # One example at a time (a progress bar on a terminal): TFDS decodes each image.
-    for i in tqdm(range(n), desc=f"{name}/{split}", leave=False, disable=None):
-        ex = first if i == 0 else source[i]
-        x[i] = ex["image"]
-        y[i] = ex["label"]
+    x = y = None
+    with tqdm(total=n, desc=f"{name}/{split}", leave=False, disable=None) as bar:
+        for start in range(0, n, batch):
+            examples = source.__getitems__(list(range(start, min(start + batch, n))))
+            images = np.stack([np.asarray(ex["image"]) for ex in examples])
+            labels = np.array([ex["label"] for ex in examples], np.int64)
+            if x is None:
+                x, y = np.empty((n, *images.shape[1:]), images.dtype), np.empty(n, np.int64)
+            x[start : start + len(examples)] = images
+            y[start : start + len(examples)] = labels
+            bar.update(len(examples))
     return as_images(name, f"x_{split}", x), as_labels(name, f"y_{split}", y)
 
 

@@ -61,7 +61,7 @@ def cross_evaluate(
     """
     num_slots = num_slots_of(params)
     check_tree_leading("params", params, num_slots)
-    check_model_fits(model, data.x.shape[2:])
+    check_model_fits(model, data.x.shape[2:], input_dtype=data.x.dtype)
     check_slots(data, data_client)
     check_shape("model_slot", model_slot, np.shape(data_client), "[P] (as data_client)")
     check_range("model_slot", model_slot, 0, num_slots - 1)

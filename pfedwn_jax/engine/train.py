@@ -90,7 +90,7 @@ def _check_train_inputs(
     """Check the array inputs of `local_train` against the state's S slots (`[S, ...]`)."""
     num_slots = state.num_slots
     check_tree_leading("state", state, num_slots)
-    check_model_fits(model, data.x.shape[2:])
+    check_model_fits(model, data.x.shape[2:], input_dtype=data.x.dtype)
     check_slots(data, data_client, num_slots)
     if aux is not None:
         check_tree_leading("aux", aux, num_slots)

@@ -49,8 +49,8 @@ class ExperimentConfig:
     """One experiment: data, model, methods, training and the wireless network.
 
     Data:
-      dataset: dataset name for `pfedwn_jax.data.load_dataset` (None: the embedded MNIST
-        default `DEFAULT_DATASET`).
+      dataset: dataset name for `pfedwn_jax.data.load_dataset`, built in or given to arrays
+        with `register_dataset` (None: the embedded MNIST default `DEFAULT_DATASET`).
       data_dir: directory for TFDS datasets (None: TFDS's default).
       partition: partition scheme for `make_federated`, one of "paper" (the paper's non-IID,
         unbalanced split), "dirichlet", "pathological", "iid" or "natural" (one client per
@@ -70,8 +70,9 @@ class ExperimentConfig:
         this many (changes the data; bounds the padded per-client arrays). None: all.
 
     Model and methods:
-      model: "cnn", "resnet18", "mlp" or "logreg". Default "mlp" so the default run (the
-        demo) fits its 5-minute CPU budget; the paper used the CNN for MNIST (`cnn`).
+      model: "cnn", "resnet18", "mlp", "logreg" or a name given with `register_model`.
+        Default "mlp" so the default run (the demo) fits its 5-minute CPU budget; the paper
+        used the CNN for MNIST (`cnn`).
       algorithms: registered algorithm names to run, in order (empty: every registered one).
       hparams: per-algorithm hyperparameter overrides, `{"fedprox": {"mu": 0.1}}`.
 

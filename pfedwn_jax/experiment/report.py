@@ -68,22 +68,43 @@ def format_table(result: Result) -> str:
 
 
 def plot_learning_curves(result: Result, path: str | Path) -> Path | None:
-    """Target test accuracy vs round for every method, as a PNG (None without matplotlib)."""
+    """Target test accuracy vs round for every method, as a PNG (None without matplotlib).
+
+    In network mode (every client a target) the line is the mean over clients, and the spread
+    of per-client accuracy is drawn around it: the median (dashed) and a band from the 10th to
+    the 90th percentile of the clients (`Result.client_accuracy_stats`), every round.
+    """
     plt = pyplot()
     if plt is None:
         return None
+    network = result.network.get("mode") == "network"
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
     for name in result.methods:
         acc = result.target_accuracy(name)
-        x = np.arange(1, len(acc) + 1)
-        ax.plot(x, 100 * acc, label=name, lw=1.6, **curve_style(len(acc)))
+        rounds = np.arange(1, len(acc) + 1)
+        label = f"{name} (mean)" if network else name
+        (line,) = ax.plot(rounds, 100 * acc, label=label, lw=1.6, **curve_style(len(acc)))
+        if network:
+            _client_spread(ax, result.client_accuracy_stats(name), rounds, line.get_color())
     rounds_axis(ax)
-    ax.set_ylabel("target test accuracy (%)")
-    ax.set_title(describe_network(result).split(";")[0], fontsize=8)
+    ylabel = "test accuracy over clients (%)" if network else "target test accuracy (%)"
+    ax.set_ylabel(ylabel)
+    title = describe_network(result).split(";")[0]
+    if network:
+        title += "\ndashed: median client; band: 10th-90th percentile of clients"
+    ax.set_title(title, fontsize=8)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return save_figure(fig, path)
+
+
+def _client_spread(ax, stats: dict[str, np.ndarray], rounds: np.ndarray, color) -> None:
+    """The median client's accuracy (dashed) and the 10-90 % band of clients, in %."""
+    n = min(len(rounds), len(stats["q50"]))
+    x = rounds[:n]
+    ax.plot(x, 100 * stats["q50"][:n], color=color, lw=1.0, ls="--")
+    ax.fill_between(x, 100 * stats["q10"][:n], 100 * stats["q90"][:n], color=color, alpha=0.15)
 
 
 def case_label(result: Result) -> str:

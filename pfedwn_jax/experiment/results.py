@@ -15,6 +15,12 @@ Two layouts on disk (`Result.save`):
   and its SHA-256, so a stale or foreign archive is refused on load.
 
 In memory (`run()`'s `Result`, `to_dict`) both modes keep the inline layout.
+
+Versions: `/3` (inline) and `/4` (compact) hold every registered per-round metric
+(`results.metrics`: `target_accuracy`, `target_loss`, `mean_client_accuracy`,
+`target_val_accuracy`, ...) as a per-round list of each method, and the validation accuracy
+per slot as `client_val_accuracy`. Files of `/1` and `/2` still load: their validation
+records (`records.val_acc`, `records.target_val_acc`) are read under those names.
 """
 
 from __future__ import annotations
@@ -23,20 +29,23 @@ import dataclasses
 import hashlib
 import io
 import math
-import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from pfedwn_jax import frames
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.io import atomic_write_json, atomic_write_with, read_json
+from pfedwn_jax.results.metrics import accuracy_stats
 
-SCHEMA = "pfedwn-results/1"  # every array inline
-COMPACT_SCHEMA = "pfedwn-results/2"  # summaries inline, per-slot arrays in the .npz
-SCHEMAS = (SCHEMA, COMPACT_SCHEMA)
-QUANTILES = (10, 50, 90)  # percent: the client-accuracy quantiles kept every round
-STATS = ("mean", *(f"q{q}" for q in QUANTILES))
+SCHEMA = "pfedwn-results/3"  # every array inline
+COMPACT_SCHEMA = "pfedwn-results/4"  # summaries inline, per-slot arrays in the .npz
+#: Earlier versions, read (and migrated) by `Result.load` / `from_dict`.
+OLD_SCHEMA, OLD_COMPACT_SCHEMA = "pfedwn-results/1", "pfedwn-results/2"
+SCHEMAS = (SCHEMA, COMPACT_SCHEMA, OLD_SCHEMA, OLD_COMPACT_SCHEMA)
+COMPACT_SCHEMAS = (COMPACT_SCHEMA, OLD_COMPACT_SCHEMA)
+PER_SLOT = ("client_accuracy", "client_loss", "client_val_accuracy")  # rows kept per slot
 DATA_ARRAYS = ("train_counts", "test_counts")  # per-client entries of `Result.data`
 SEP = "/"  # npz key = path in the results dict: "methods/pfedwn/records/pi"
 
@@ -73,7 +82,8 @@ class Result:
         (None, or `{"round", "slots", "clients"}`: the first diverged round, counted from 1;
         a method stopped there has fewer than `config.rounds` rounds). Loaded from a compact
         file, the per-slot entries are NumPy arrays (`record_dtype`), not lists.
-      environment: jax version, backend, devices.
+      environment: jax version, backend, devices, and `provenance` (package version, git
+        commit, library versions, device kind).
       timings: `setup_s` (data + network), `total_s`.
     """
 
@@ -112,6 +122,14 @@ class Result:
             return {k: _array(v) for k, v in entry["client_accuracy_stats"].items()}
         return {k: _array(v) for k, v in accuracy_stats(self.client_accuracy(method)).items()}
 
+    def metric(self, method: str, name: str) -> np.ndarray:
+        """`[rounds]` per-round metric `name` of `method` (`target_accuracy`, `target_loss`,
+        `mean_client_accuracy`, `target_val_accuracy`, any registered metric)."""
+        entry = self.methods[method]
+        if name not in entry or np.ndim(entry[name]) != 1:
+            raise ValueError(f"{method!r} has no per-round metric {name!r}")
+        return _array(entry[name])
+
     def records(self, method: str, key: str) -> np.ndarray:
         """`[R', ...]` record `key` of `method` (e.g. pFedWN's `pi`); `[rounds]` for a record
         of one number per round."""
@@ -123,6 +141,12 @@ class Result:
             name: {"max": m["max_target_accuracy"], "final": m["final_target_accuracy"]}
             for name, m in self.methods.items()
         }
+
+    def to_pandas(self) -> Any:
+        """A tidy `pandas.DataFrame`, one row per method x round: target accuracy and loss,
+        client-accuracy mean and quantiles, per-round scalar records
+        (`pfedwn_jax.frames.result_columns`). Needs pandas (the `analysis` extra)."""
+        return frames.pandas_module("Result.to_pandas()").DataFrame(frames.result_columns(self))
 
     @property
     def compact(self) -> bool:
@@ -159,7 +183,7 @@ class Result:
         for name, entry in self.methods.items():
             where = SEP.join(("methods", name))
             arrays[where + SEP + "rounds"] = self.recorded_rounds(name).astype(np.int32)
-            head = _split_off(entry, ("client_accuracy", "client_loss"), where, arrays, dtype)
+            head = _split_off(entry, PER_SLOT, where, arrays, dtype)
             head.pop("recorded_rounds", None)
             records = entry.get("records", {})
             keys = [k for k, v in records.items() if not _per_round_scalar(v)]
@@ -181,11 +205,15 @@ class Result:
         schema = data.get("schema")
         if schema not in SCHEMAS:
             raise ValueError(f"results schema must be one of {list(SCHEMAS)}; got {schema!r}")
+        config = ExperimentConfig.from_dict(data["config"])
+        methods = data["methods"]
+        if schema in (OLD_SCHEMA, OLD_COMPACT_SCHEMA):
+            methods = {name: _migrated(entry) for name, entry in methods.items()}
         return cls(
-            config=ExperimentConfig.from_dict(data["config"]),
+            config=config,
             network=data["network"],
             data=data["data"],
-            methods=data["methods"],
+            methods=methods,
             environment=data.get("environment", {}),
             timings=data.get("timings", {}),
         )
@@ -216,7 +244,7 @@ class Result:
         """Read a results JSON of either layout (a compact one with its `.npz`, whose arrays
         are put back in place as NumPy arrays)."""
         doc = _read_json(Path(path))
-        if doc.get("schema") == COMPACT_SCHEMA:
+        if doc.get("schema") in COMPACT_SCHEMAS:
             for key, value in load_arrays(path).items():
                 _put(doc, key.split(SEP), value)
             for entry in doc["methods"].values():
@@ -225,6 +253,18 @@ class Result:
             return cls.from_dict(doc)
         except KeyError as e:  # a JSON object, but not a results file
             raise ValueError(f"results file {str(path)!r} has no {e} entry") from None
+
+
+def _migrated(entry: dict[str, Any]) -> dict[str, Any]:
+    """A method entry of an earlier version with today's names: the validation records
+    `val_acc [R'][S]` / `target_val_acc [R]` as `client_val_accuracy` / `target_val_accuracy`."""
+    entry = dict(entry)
+    records = dict(entry.get("records", {}))
+    for old, new in (("val_acc", "client_val_accuracy"), ("target_val_acc", "target_val_accuracy")):
+        if old in records:
+            entry[new] = records.pop(old)
+    entry["records"] = records
+    return entry
 
 
 def arrays_path(path: str | Path) -> Path:
@@ -242,10 +282,10 @@ def load_arrays(path: str | Path) -> dict[str, np.ndarray]:
     """
     path = Path(path)
     doc = _read_json(path)
-    if doc.get("schema") != COMPACT_SCHEMA:
+    if doc.get("schema") not in COMPACT_SCHEMAS:
         raise ValueError(
             f"{str(path)!r} has schema {doc.get('schema')!r}: its arrays are inline in the JSON "
-            f"(Result.load reads them); only {COMPACT_SCHEMA!r} files have an .npz"
+            f"(Result.load reads them); only {list(COMPACT_SCHEMAS)} files have an .npz"
         )
     info = doc.get("arrays") or {}
     npz = path.with_name(str(info.get("file", arrays_path(path).name)))
@@ -262,18 +302,6 @@ def load_arrays(path: str | Path) -> dict[str, np.ndarray]:
         )
     with np.load(io.BytesIO(blob), allow_pickle=False) as f:
         return {k: f[k] for k in f.files}
-
-
-def accuracy_stats(acc: np.ndarray) -> dict[str, list[float]]:
-    """`acc [R, S]` -> `{"mean", "q10", "q50", "q90"}: [R]` over the slots (NaN ignored)."""
-    acc = np.atleast_2d(np.asarray(acc, np.float64))
-    if acc.size == 0:
-        return {k: [] for k in STATS}
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a round with every slot NaN
-        quant = np.nanpercentile(acc, QUANTILES, axis=1)
-        mean = np.nanmean(acc, axis=1)
-    return {"mean": mean.tolist(), **{f"q{q}": quant[i].tolist() for i, q in enumerate(QUANTILES)}}
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -323,112 +351,6 @@ def _put(doc: dict[str, Any], keys: list[str], value: np.ndarray) -> None:
     for k in keys[:-1]:
         doc = doc.setdefault(k, {})
     doc[keys[-1]] = value
-
-
-# --------------------------------------------------------------------------- method entries
-PER_ROUND = ("target_accuracy", "target_loss", "client_accuracy", "client_loss")
-PER_SLOT = ("client_accuracy", "client_loss")  # with array records: only recorded rounds
-GROWING = (*PER_ROUND, "records", "client_accuracy_stats", "recorded_rounds")
-
-
-def new_entry(hp: Any, record_every: int = 1, rounds: int | None = None) -> dict[str, Any]:
-    """An empty `Result.methods[name]` entry for hyperparameters `hp` (a dataclass).
-
-    Per-slot rows (`client_accuracy`, `client_loss`, array records) are kept for rounds that
-    are multiples of `record_every` and for round `rounds` (the last); the target metrics,
-    scalar records and `client_accuracy_stats` for every round.
-    """
-    return {
-        "hparams": dataclasses.asdict(hp),
-        "record_every": int(record_every),
-        "record_last": None if rounds is None else int(rounds),
-        **{key: [] for key in PER_ROUND},
-        "client_accuracy_stats": {k: [] for k in STATS},
-        "recorded_rounds": [],
-        "records": {},
-        "diverged": None,
-        "timings": {"compile_s": 0.0, "round_s": []},
-    }
-
-
-def round_row(
-    round_: int,
-    acc: np.ndarray,
-    loss: np.ndarray,
-    records: dict[str, np.ndarray],
-    is_target: np.ndarray,
-    seconds: float,
-) -> dict[str, Any]:
-    """One round's results (`acc [S]`, `loss [S]`, records) as plain Python values."""
-    return {
-        "round": round_,
-        "target_accuracy": float(acc[is_target].mean()),
-        "target_loss": float(loss[is_target].mean()),
-        "client_accuracy": acc.tolist(),
-        "client_loss": loss.tolist(),
-        "records": {k: v.tolist() for k, v in records.items()},
-        "round_s": seconds,
-    }
-
-
-def is_recorded(entry: dict[str, Any], round_: int) -> bool:
-    """Whether `entry` keeps the per-slot rows of round `round_` (from 1)."""
-    every = entry.get("record_every", 1)
-    return round_ % every == 0 or round_ == entry.get("record_last")
-
-
-def append_round(entry: dict[str, Any], row: dict[str, Any]) -> None:
-    """Add one `round_row` to `entry` (in place): target metrics, client-accuracy stats and
-    scalar records every round, per-slot rows on recorded rounds (`is_recorded`)."""
-    entry["timings"]["round_s"].append(row["round_s"])
-    entry["target_accuracy"].append(row["target_accuracy"])
-    entry["target_loss"].append(row["target_loss"])
-    stats = entry.setdefault("client_accuracy_stats", {k: [] for k in STATS})
-    for k, v in accuracy_stats(row["client_accuracy"]).items():
-        stats[k].append(v[0])
-    round_ = int(row.get("round", len(entry["target_accuracy"])))
-    recorded = is_recorded(entry, round_)
-    if recorded:
-        entry.setdefault("recorded_rounds", []).append(round_)
-        for key in PER_SLOT:
-            entry[key].append(row[key])
-    for k, v in row["records"].items():
-        if recorded or np.ndim(v) == 0:
-            entry["records"].setdefault(k, []).append(v)
-
-
-def finish_entry(entry: dict[str, Any]) -> None:
-    """Add the summary (max and final target accuracy, total time); idempotent."""
-    acc = np.array(entry["target_accuracy"], dtype=float)
-    entry["max_target_accuracy"] = float(np.nanmax(acc)) if np.isfinite(acc).any() else None
-    entry["final_target_accuracy"] = float(acc[-1]) if len(acc) else None
-    entry["timings"]["total_s"] = float(
-        entry["timings"]["compile_s"] + sum(entry["timings"]["round_s"])
-    )
-
-
-def entry_header(entry: dict[str, Any]) -> dict[str, Any]:
-    """`entry` without its per-round lists: its size does not grow with the rounds."""
-    head = {k: v for k, v in entry.items() if k not in GROWING}
-    head["timings"] = {k: v for k, v in entry["timings"].items() if k != "round_s"}
-    return head
-
-
-def rebuild_entry(header: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The entry that `entry_header` and the `round_row`s of its rounds came from."""
-    entry: dict[str, Any] = {
-        "hparams": header["hparams"],
-        **{key: [] for key in PER_ROUND},
-        "client_accuracy_stats": {k: [] for k in STATS},
-        "recorded_rounds": [],
-        "records": {},
-        "timings": {"round_s": []},
-    }
-    entry.update({k: v for k, v in header.items() if k != "timings"})
-    entry["timings"].update(header["timings"])
-    for row in rows:
-        append_round(entry, row)
-    return entry
 
 
 def _per_round_scalar(values: Any) -> bool:

@@ -31,6 +31,7 @@ from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.experiment.federation import Federation, build_federation
 from pfedwn_jax.experiment.links import build_links, mobile_federation
 from pfedwn_jax.models import get_model
+from pfedwn_jax.provenance import provenance
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -115,10 +116,13 @@ def load_data(config: ExperimentConfig) -> tuple[FederatedData, str]:
     return fed, fingerprint
 
 
-def build_model(config: ExperimentConfig, num_classes: int, input_shape: tuple[int, ...]):
+def build_model(
+    config: ExperimentConfig, num_classes: int, input_shape: tuple[int, ...], input_dtype="uint8"
+):
     """The engine `Model`; a model that does not fit the data fails naming `model`."""
     try:
-        return get_model(config.model, num_classes, tuple(int(s) for s in input_shape))
+        shape = tuple(int(s) for s in input_shape)
+        return get_model(config.model, num_classes, shape, input_dtype=input_dtype)
     except ValueError as e:
         raise ValueError(f"model: {config.model!r} does not fit the data: {e}") from None
 
@@ -204,18 +208,19 @@ def setup(config: ExperimentConfig) -> Experiment:
     if not isinstance(config, ExperimentConfig):
         raise ValueError(f"config must be an ExperimentConfig; got {type(config).__name__}")
     data, fingerprint = load_data(config)
-    model = build_model(config, data.num_classes, data.train.x.shape[2:])
+    model = build_model(config, data.num_classes, data.train.x.shape[2:], data.train.x.dtype)
     fed = mobile_federation(federation_of(config), config)
     ctx = build_context(config, fed, data, model)
     return Experiment(config, data, fed, ctx, *round_keys(config.seed), fingerprint)
 
 
 def environment() -> dict[str, Any]:
-    """The `environment` entry of the results: jax version, backend, devices."""
+    """The `environment` entry of the results: jax version, backend, devices, `provenance`."""
     return {
         "jax": jax.__version__,
         "backend": jax.default_backend(),
         "devices": [str(d) for d in jax.devices()],
+        "provenance": provenance(),
     }
 
 

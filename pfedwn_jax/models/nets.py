@@ -1,12 +1,17 @@
-"""The network architectures, as flax NNX modules taking raw `uint8 [B, H, W, C]` images.
+"""The network architectures, as flax NNX modules taking raw `uint8 [B, H, W, C]` images or
+float32 features.
 
-Every module normalises its input to [0, 1] itself, so the data pipeline can keep uint8 images
-(4x less memory for the stacked per-client arrays). All normalisation layers are per-sample
+Every module normalises uint8 input to [0, 1] itself, so the data pipeline can keep uint8
+images (4x less memory for the stacked per-client arrays); float features pass unchanged. The
+MLP and logistic regression flatten any input shape (`(d,)` vectors included); the conv nets
+take images `(H, W, C)`. All normalisation layers are per-sample
 (GroupNorm), so a model has parameters only: no mutable statistics per client, and padded
 samples of a batch cannot leak into real ones.
 """
 
 from __future__ import annotations
+
+import math
 
 import jax
 import jax.numpy as jnp
@@ -19,34 +24,35 @@ Shape3 = tuple[int, int, int]
 
 
 def to_float(x: jax.Array) -> jax.Array:
-    """uint8 pixels -> float32 in [0, 1]."""
-    return x.astype(jnp.float32) / 255.0
+    """uint8 pixels -> float32 in [0, 1]; float features -> float32 unchanged."""
+    if x.dtype == jnp.uint8:
+        return x.astype(jnp.float32) / 255.0
+    return x.astype(jnp.float32)
 
 
 class LogReg(nnx.Module):
-    """Multinomial logistic regression on flattened pixels."""
+    """Multinomial logistic regression on the flattened input (pixels or features)."""
 
-    def __init__(self, input_shape: Shape3, num_classes: int, *, rngs: nnx.Rngs):
-        h, w, c = input_shape
-        self.out = nnx.Linear(h * w * c, num_classes, rngs=rngs)
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, *, rngs: nnx.Rngs):
+        self.out = nnx.Linear(math.prod(input_shape), num_classes, rngs=rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return self.out(to_float(x).reshape(x.shape[0], -1))
 
 
 class MLP(nnx.Module):
-    """Two hidden layers of 200 ReLU units (the FedAvg paper's 2NN: 784-200-200-classes)."""
+    """Two hidden layers of 200 ReLU units (the FedAvg paper's 2NN: 784-200-200-classes) on
+    the flattened input."""
 
     def __init__(
         self,
-        input_shape: Shape3,
+        input_shape: tuple[int, ...],
         num_classes: int,
         *,
         hidden: int = 200,
         rngs: nnx.Rngs,
     ):
-        h, w, c = input_shape
-        self.fc1 = nnx.Linear(h * w * c, hidden, rngs=rngs)
+        self.fc1 = nnx.Linear(math.prod(input_shape), hidden, rngs=rngs)
         self.fc2 = nnx.Linear(hidden, hidden, rngs=rngs)
         self.out = nnx.Linear(hidden, num_classes, rngs=rngs)
 

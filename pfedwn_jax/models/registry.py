@@ -32,20 +32,36 @@ class Model(NamedTuple):
     Attributes:
       name: registry name.
       init: `init(key) -> params`, one client's parameter pytree (nested dict of float32).
-      apply: `apply(params, x) -> logits [B, num_classes]` for raw `uint8 x [B, H, W, C]`.
-      input_shape: `(H, W, C)` the model was built for.
+      apply: `apply(params, x) -> logits [B, num_classes]` for raw `x [B, *input_shape]` of
+        `input_dtype` (uint8 images `[B, H, W, C]` or float32 features, e.g. `[B, d]`).
+      input_shape: the shape of one input the model was built for: `(H, W, C)` or `(d,)`.
       num_classes: number of output logits.
+      input_dtype: "uint8" (pixels, normalised inside) or "float32" (features).
     """
 
     name: str
     init: Callable[[jax.Array], Params]
     apply: Callable[[Params, jax.Array], jax.Array]
-    input_shape: tuple[int, int, int] = (28, 28, 1)
+    input_shape: tuple[int, ...] = (28, 28, 1)
     num_classes: int = 10
+    input_dtype: str = "uint8"
 
 
-def _check_cnn(input_shape: tuple[int, int, int]) -> None:
-    fh, fw = cnn_feature_size(input_shape)
+INPUT_DTYPES = ("uint8", "float32")
+
+
+def _check_image(model: str, input_shape: tuple[int, ...]) -> None:
+    """A conv net takes images `(H, W, C)`; say so for a feature vector's shape."""
+    if len(input_shape) != 3:
+        raise ValueError(
+            f"model {model!r} takes images of shape (H, W, C); got input_shape {input_shape} "
+            "(for feature vectors use 'mlp' or 'logreg')"
+        )
+
+
+def _check_cnn(input_shape: tuple[int, ...]) -> None:
+    _check_image("cnn", input_shape)
+    fh, fw = cnn_feature_size(input_shape)  # type: ignore[arg-type]
     if fh < 1 or fw < 1:
         raise ValueError(
             f"input_shape {input_shape} is too small for model 'cnn' (two 5x5 VALID convs and "
@@ -53,13 +69,14 @@ def _check_cnn(input_shape: tuple[int, int, int]) -> None:
         )
 
 
-def _check_resnet(input_shape: tuple[int, int, int]) -> None:
+def _check_resnet(input_shape: tuple[int, ...]) -> None:
+    _check_image("resnet18", input_shape)
     if min(input_shape[:2]) < 8:
         raise ValueError(f"input_shape {input_shape} is too small for model 'resnet18' (H, W >= 8)")
 
 
 ModuleBuilder = Callable[..., nnx.Module]
-ShapeCheck = Callable[[tuple[int, int, int]], None]
+ShapeCheck = Callable[[tuple[int, ...]], None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,9 +114,11 @@ def register_model(
     Args:
       name: the new model name (a non-empty string without whitespace, not yet registered).
       builder: `builder(input_shape, num_classes, *, rngs) -> nnx.Module`, typically the module
-        class itself; `input_shape` is `(H, W, C)`. The module maps raw `uint8 [B, H, W, C]`
-        images to logits `[B, num_classes]` and has parameters only (no batch statistics).
-      check_shape: optional `check_shape((H, W, C))` raising `ValueError` for image shapes the
+        class itself; `input_shape` is one sample's shape, `(H, W, C)` for images or `(d,)`
+        for feature vectors. The module maps raw inputs `[B, *input_shape]` (uint8 images or
+        float32 features) to logits `[B, num_classes]` and has parameters only (no batch
+        statistics).
+      check_shape: optional `check_shape(input_shape)` raising `ValueError` for shapes the
         module cannot take, so a misfit fails before anything is compiled.
       takes_conv_impl: pass `get_model`'s `conv_impl` to the builder as a keyword.
 
@@ -145,35 +164,61 @@ def unregister_model(name: str) -> None:
     del _ARCHS[name]
 
 
-def _check_shape(input_shape: Any) -> tuple[int, int, int]:
+SHAPE_HELP = "a non-empty tuple of positive integers: (H, W, C) for images, (d,) for features"
+
+
+def _check_shape(input_shape: Any) -> tuple[int, ...]:
     try:
         shape = tuple(int(d) for d in input_shape)
     except (TypeError, ValueError):
-        raise ValueError(f"input_shape must be (H, W, C) integers; got {input_shape!r}") from None
-    if len(shape) != 3 or min(shape) < 1:
-        raise ValueError(f"input_shape must be (H, W, C) with positive entries; got {shape}")
-    return shape  # type: ignore[return-value]
+        raise ValueError(f"input_shape must be {SHAPE_HELP}; got {input_shape!r}") from None
+    if not shape or min(shape) < 1:
+        raise ValueError(f"input_shape must be {SHAPE_HELP}; got {shape}")
+    return shape
 
 
-def get_model(name: str, num_classes: int, input_shape: Any, *, conv_impl: str = "im2col") -> Model:
-    """Build model `name` (see `available_models`) for `input_shape = (H, W, C)`.
+def _check_dtype(input_dtype: Any) -> str:
+    """ "uint8" or "float32" from a dtype or its name."""
+    try:
+        name = str(jnp.dtype(input_dtype))
+    except TypeError:
+        name = repr(input_dtype)
+    return check_choice("input_dtype", name, INPUT_DTYPES)
 
-    Built in: "cnn", "resnet18", "mlp", "logreg"; `register_model` adds more. `conv_impl`
-    ("im2col" or "lax") selects the convolution kernel of the conv nets. Calls with equal
-    arguments return the *same* `Model` object, so jitted functions taking the model as a
-    static argument are compiled once. Raises `ValueError` for an unknown name, a bad class
-    count, a shape the architecture cannot take, or a module whose output is not
-    `[B, num_classes]` logits.
+
+def get_model(
+    name: str,
+    num_classes: int,
+    input_shape: Any,
+    *,
+    conv_impl: str = "im2col",
+    input_dtype: Any = "uint8",
+) -> Model:
+    """Build model `name` (see `available_models`) for inputs of `input_shape` and
+    `input_dtype`: `(H, W, C)` uint8 images or float32 features such as `(d,)` vectors.
+
+    Built in: "cnn", "resnet18" (images), "mlp", "logreg" (any shape); `register_model` adds
+    more. `conv_impl` ("im2col" or "lax") selects the convolution kernel of the conv nets.
+    Calls with equal arguments return the *same* `Model` object, so jitted functions taking
+    the model as a static argument are compiled once. Raises `ValueError` for an unknown name,
+    a bad class count, dtype or shape, a shape the architecture cannot take, or a module whose
+    output is not `[B, num_classes]` logits.
     """
     check_choice("model", name, available_models())
     num_classes = check_int("num_classes", num_classes, 2)
     check_choice("conv_impl", conv_impl, ("im2col", "lax"))
-    return _build(name, _ARCHS[name], num_classes, _check_shape(input_shape), conv_impl)
+    shape, dtype = _check_shape(input_shape), _check_dtype(input_dtype)
+    return _build(name, _ARCHS[name], num_classes, shape, conv_impl, dtype)
 
 
 @functools.lru_cache(maxsize=64)
 def _build(
-    name: str, arch: _Arch, num_classes: int, input_shape: tuple[int, int, int], conv_impl: str
+    name: str,
+    arch: _Arch,
+    num_classes: int,
+    input_shape: tuple[int, ...],
+    conv_impl: str,
+    input_dtype: str,
 ) -> Model:
     """The `Model` of `arch`; keyed on the entry too, so a re-registered name is rebuilt."""
     if arch.check_shape is not None:
@@ -186,52 +231,109 @@ def _build(
     def init(key: jax.Array) -> Params:
         return nnx.to_pure_dict(nnx.state(make(key)))
 
-    graphdef = _check_abstract(name, make, input_shape, num_classes)
+    x = jax.ShapeDtypeStruct((2, *input_shape), jnp.dtype(input_dtype))
+    graphdef = _check_abstract(name, make, x, num_classes)
 
     def apply(params: Params, x: jax.Array) -> jax.Array:
         return nnx.merge(graphdef, params)(x)
 
-    return Model(name, init, apply, input_shape, num_classes)
+    return Model(name, init, apply, input_shape, num_classes, input_dtype)
 
 
-def _check_abstract(
-    name: str, make: Callable, input_shape: tuple[int, int, int], num_classes: int
-) -> Any:
+def _check_abstract(name: str, make: Callable, x: jax.ShapeDtypeStruct, num_classes: int) -> Any:
     """Build and run the module abstractly (no FLOPs, no compilation); return its graphdef.
 
-    Raises `ValueError` naming the model unless it builds and maps `uint8 [2, H, W, C]` to
-    float logits `[2, num_classes]`.
+    Raises `ValueError` naming the model unless it builds, holds parameters only and maps the
+    batch `x [2, *input_shape]` to float logits `[2, num_classes]`.
     """
-    x = jax.ShapeDtypeStruct((2, *input_shape), jnp.uint8)
+    inputs = f"{x.dtype} inputs {x.shape} for num_classes={num_classes}"
     try:
-        graphdef, state = nnx.split(nnx.eval_shape(lambda: make(jax.random.key(0))))
+        module = nnx.eval_shape(lambda: make(jax.random.key(0)))
+        check_parameters_only(name, module)
+        graphdef, state = nnx.split(module)
         params = nnx.to_pure_dict(state)
         out = jax.eval_shape(lambda p, x: nnx.merge(graphdef, p)(x), params, x)
     except ValueError:
         raise
     except Exception as e:  # a user module's own error, reported at the API boundary
         raise ValueError(
-            f"model {name!r} cannot be built for input_shape {input_shape} and "
-            f"num_classes={num_classes} or run on uint8 images [B, H, W, C]: "
-            f"{type(e).__name__}: {e}"
+            f"model {name!r} cannot be built or run on {inputs}: "
+            f"{type(e).__name__}: {e}{_rng_hint(e)}"
         ) from e
     shape, dtype = getattr(out, "shape", None), getattr(out, "dtype", None)
     if shape != (2, num_classes) or not jnp.issubdtype(dtype, jnp.floating):
         raise ValueError(
-            f"model {name!r} must map uint8 images [B, H, W, C] to float logits "
-            f"[B, num_classes={num_classes}]; for B=2 and input_shape {input_shape} it "
-            f"returned {shape} {dtype}"
+            f"model {name!r} must map inputs [B, *input_shape] to float logits "
+            f"[B, num_classes={num_classes}]; for {inputs} it returned {shape} {dtype}"
         )
     return graphdef
 
 
-def check_model_fits(model: Model, input_shape: Any, num_classes: int | None = None) -> None:
-    """Raise `ValueError` unless `model` was built for `input_shape` (and `num_classes`)."""
+NOT_PARAMETERS_HINT = (
+    "The engine stacks, trains and averages parameters (nnx.Param) only, so any other state "
+    "would be averaged across clients as if it were a parameter. Use a per-sample "
+    "normalisation, GroupNorm or LayerNorm (nnx.GroupNorm, nnx.LayerNorm), instead of "
+    "BatchNorm, and no dropout (or dropout without its own rngs, deterministic=True)."
+)
+
+
+def check_parameters_only(name: str, module: nnx.Module) -> None:
+    """Raise `ValueError` naming the layers of `module` that hold state other than `nnx.Param`:
+    BatchNorm running statistics (nnx.BatchNorm, or a linen BatchNorm's `batch_stats` through
+    `nnx.bridge`), a layer's own RNG stream (nnx.Dropout(rngs=...)), any other variable."""
+    others = nnx.to_flat_state(nnx.state(module, nnx.Not(nnx.Param)))
+    if not others:
+        return
+    layers = {p: type(n).__name__ for p, n in nnx.iter_graph(module) if isinstance(n, nnx.Module)}
+    found: dict[str, list[str]] = {}
+    for path, variable in others:
+        owner = max((p for p in layers if path[: len(p)] == p), key=len)
+        where = ".".join(map(str, owner)) or "the model"
+        found.setdefault(f"{where} ({layers[owner]})", []).append(
+            f"{'.'.join(map(str, path[len(owner) :]))}: {_state_kind(variable)}"
+        )
+    listed = "; ".join(f"{layer}: {', '.join(items)}" for layer, items in found.items())
+    raise ValueError(
+        f"model {name!r} has state that is not a parameter, in {listed}. " + NOT_PARAMETERS_HINT
+    )
+
+
+def _state_kind(variable: Any) -> str:
+    """What a non-parameter variable is, in the words of the layer that makes it."""
+    cls = getattr(variable, "type", type(variable))  # flax < 0.11 holds a VariableState
+    cls = cls if isinstance(cls, type) else type(variable)
+    if issubclass(cls, nnx.BatchStat):
+        return f"BatchNorm running statistics ({cls.__name__})"
+    if issubclass(cls, nnx.RngState):
+        return f"an RNG stream such as Dropout's ({cls.__name__})"
+    return f"mutable state ({cls.__name__})"
+
+
+def _rng_hint(error: Exception) -> str:
+    """A hint for a layer that asked the builder's `rngs` for a stream other than `params`."""
+    if isinstance(error, KeyError) and "RngStream" in str(error):
+        return (
+            "; the builder's rngs hold the 'params' stream only: layers with their own random "
+            f"state (nnx.Dropout) are not supported. {NOT_PARAMETERS_HINT}"
+        )
+    return ""
+
+
+def check_model_fits(
+    model: Model, input_shape: Any, num_classes: int | None = None, input_dtype: Any = None
+) -> None:
+    """Raise `ValueError` unless `model` was built for `input_shape` (and `num_classes`,
+    `input_dtype` when given)."""
     shape = _check_shape(input_shape)
     if shape != tuple(model.input_shape):
         raise ValueError(
             f"model {model.name!r} was built for input_shape {tuple(model.input_shape)}; "
             f"the data has {shape}"
+        )
+    if input_dtype is not None and _check_dtype(input_dtype) != model.input_dtype:
+        raise ValueError(
+            f"model {model.name!r} was built for {model.input_dtype} inputs; the data is "
+            f"{_check_dtype(input_dtype)} (get_model(..., input_dtype=...))"
         )
     if num_classes is not None and int(num_classes) > model.num_classes:
         raise ValueError(

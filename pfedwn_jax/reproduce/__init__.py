@@ -3,7 +3,9 @@
 `cases`: the target-client cases (Case 1-3, the 20-neighbor network); `wireless_figs`: Fig. 4-7
 (P_err heatmaps, selection sweeps, data distributions). The learning part (Table II/III,
 Fig. 1, 8, 9): `presets` (what a preset runs), `runs` (the sweeps and the choice of
-hyperparameters on validation), `tables`, `figures`, and `learning.reproduce`, the entry point.
+hyperparameters on validation), `tables`, `figures`, `report` (REPORT.md), and
+`learning.reproduce`, the entry point. Beyond the paper: `crossover` (where collaboration
+pays: every method against Local over the clients' sample cap and the neighbors' classes).
 """
 
 from pfedwn_jax.reproduce.cases import (

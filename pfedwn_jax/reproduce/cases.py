@@ -28,17 +28,22 @@ targets:
   share of label mass they have in common (1: the same distribution, 0: no class in common);
   `label_overlap`;
 - a case qualifies when its target's selected neighbors include one with overlap
-  `>= SIMILAR` (0.4) and one with overlap `<= DIFFERENT` (0.1) (`meets_criterion`);
+  `>= SIMILAR` (0.4) and one with overlap `<= DIFFERENT` (0.1) (`meets_criterion`), and the
+  target holds at least `MIN_TARGET_SAMPLES` (100) samples: a target's accuracy is measured
+  on its own test split (25% of its samples), and below 100 samples one test sample is more
+  than 4 points (full MNIST's client 6, 20 samples, 5 test samples, would otherwise be a
+  Case 2 target whose accuracy moves in steps of 20 points);
 - the search takes the topology seeds in order, as above: the first seed whose centre selects
   the wanted counts and on which every case has a qualifying target (the cases' targets
   distinct, the first such in data-client order); only if no seed has them all is each case
   searched on its own;
-- `case_rows` lists, per case, the target, its neighbors and their overlaps (for a report).
+- `case_rows` lists, per case, the criterion, the target and its size, its neighbors and
+  their overlaps (for a report).
 
-The thresholds are arguments (`similar`, `different`): the paper partition of a dataset with
-many classes among few clients may hold no pair that similar (the quick preset's CIFAR-100
-subset over 11 clients: every overlap at most 0.21), where the search says so instead of
-relaxing them.
+The thresholds are arguments (`similar`, `different`, `min_target_samples`): the paper
+partition of a dataset with many classes among few clients may hold no pair that similar (the
+quick preset's CIFAR-100 subset over 11 clients: every overlap at most 0.21), where the search
+says so instead of relaxing them.
 `criterion="counts"` (the default) keeps the cases chosen by the counts only (targets 0, 1,
 2), for comparison.
 """
@@ -68,8 +73,9 @@ PAPER_GAMMAS = (5.0, 10.0, 15.0)
 CRITERIA = ("counts", "similarity")
 #: `criterion="similarity"`: a neighbor with at least this overlap with the target ...
 SIMILAR = 0.4
-#: ... and one with at most this overlap.
+#: ... and one with at most this overlap; its target holds at least this many samples.
 DIFFERENT = 0.1
+MIN_TARGET_SAMPLES = 100
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +96,7 @@ class Case:
       shared: True when all cases of the search share this topology seed.
       similarity: label overlap (`label_overlap`) of each selected neighbor with the target,
         in `selected_clients` order; empty when the search had no label counts.
+      criterion: how the target was chosen (`CRITERIA`).
     """
 
     name: str
@@ -103,6 +110,7 @@ class Case:
     perr: tuple[float, ...]
     shared: bool = True
     similarity: tuple[float, ...] = ()
+    criterion: str = "counts"
 
     def config(self, base: ExperimentConfig) -> ExperimentConfig:
         """`base` with this case's gamma_th, target, topology_seed and num_neighbors."""
@@ -157,10 +165,12 @@ def case_rows(
     similar: float = SIMILAR,
     different: float = DIFFERENT,
 ) -> list[dict[str, Any]]:
-    """Per case a row for a report: `case`, `target`, `neighbors` (their data clients),
-    `similarity` (each neighbor's label overlap with the target), `role` ("similar",
-    "different" or "" per neighbor, by the thresholds) and `meets` (`meets_criterion`)."""
+    """Per case a row for a report: `case`, `criterion`, `topology_seed`, `target`,
+    `target_samples` (all splits), `neighbors` (their data clients), `similarity` (each
+    neighbor's label overlap with the target), `role` ("similar", "different" or "" per
+    neighbor, by the thresholds) and `meets` (`meets_criterion`, overlaps only)."""
     overlap = label_overlap(label_counts)
+    sizes = np.asarray(label_counts).sum(1)
     rows = []
     for case in cases:
         sim = [float(overlap[case.target, c]) for c in case.selected_clients]
@@ -168,7 +178,10 @@ def case_rows(
         rows.append(
             {
                 "case": case.name,
+                "criterion": case.criterion,
+                "topology_seed": case.topology_seed,
                 "target": case.target,
+                "target_samples": int(sizes[case.target]),
                 "neighbors": list(case.selected_clients),
                 "similarity": sim,
                 "role": role,
@@ -221,6 +234,7 @@ def _make_case(
     target: int,
     shared: bool,
     overlap: np.ndarray | None = None,
+    criterion: str = "counts",
 ) -> Case:
     """The case as the run builds it (`single_target_federation`, the runner's own path)."""
     cfg = dataclasses.replace(config, gamma_th=gamma, topology_seed=seed, target=target)
@@ -240,6 +254,7 @@ def _make_case(
         perr=tuple(float(p) for p in fed.perr),
         shared=shared,
         similarity=sim,
+        criterion=criterion,
     )
 
 
@@ -257,6 +272,7 @@ def paper_cases(
     label_counts: Any = None,
     similar: float = SIMILAR,
     different: float = DIFFERENT,
+    min_target_samples: int = MIN_TARGET_SAMPLES,
 ) -> list[Case]:
     """Cases whose targets select `wanted[i]` neighbors at `gammas[i]` (the paper's 4/3/2).
 
@@ -264,8 +280,9 @@ def paper_cases(
     seed that gives every count at once (one network for all cases), else per case the first
     seed that gives its count. With `criterion="counts"` the targets are `targets` (default
     0, 1, 2, ...: the data client of each case); with `"similarity"` the search also picks
-    the targets, distinct, such that every case `meets_criterion(similar, different)` (see the
-    module docstring; `targets` must be None). `label_counts [N, C]`: the clients' class
+    the targets, distinct, such that every case `meets_criterion(similar, different)` and
+    holds at least `min_target_samples` samples (see the module docstring; `targets` must
+    be None). `label_counts [N, C]`: the clients' class
     counts (default: `config_label_counts(config)`, loaded only for `"similarity"`); given,
     they also fill `Case.similarity` of `"counts"` cases.
     Raises ValueError naming the counts (and thresholds) when no seed gives a case.
@@ -279,18 +296,24 @@ def paper_cases(
     names = names or tuple(f"Case {i + 1}" for i in range(len(wanted)))
     perr = seed_perr(base, seeds, n, gammas)  # [G, S, n]
     ok = _matches(perr, base.eps, wanted, margin)  # [G, S]
-    overlap = _overlaps(base, label_counts, criterion)
+    min_target_samples = check_int("min_target_samples", min_target_samples, 0, None)
+    counts = _counts(base, label_counts, criterion)
+    overlap = None if counts is None else label_overlap(counts)
     if criterion == "counts":
         chosen, targets, shared = _by_counts(ok, seeds, wanted, gammas, targets, base.num_clients)
     elif targets is not None:
         raise ValueError("criterion='similarity' chooses the targets; pass targets=None")
     else:
-        found = _by_similarity(perr < base.eps, ok, overlap, (similar, different))
-        chosen, targets, shared = _or_raise(found, seeds, wanted, gammas, (similar, different))
+        big = counts.sum(1) >= min_target_samples
+        found = _by_similarity(perr < base.eps, ok, overlap, big, (similar, different))
+        limits = (similar, different, min_target_samples)
+        chosen, targets, shared = _or_raise(found, seeds, wanted, gammas, limits)
     if len(names) != len(wanted):
         raise ValueError(f"names need one entry per case ({len(wanted)}); got {tuple(names)}")
     cases = [
-        _make_case(base, names[g], gammas[g], seeds[chosen[g]], targets[g], shared, overlap)
+        _make_case(
+            base, names[g], gammas[g], seeds[chosen[g]], targets[g], shared, overlap, criterion
+        )
         for g in range(len(wanted))
     ]
     for case, w in zip(cases, wanted, strict=True):
@@ -301,8 +324,8 @@ def paper_cases(
     return cases
 
 
-def _overlaps(config: ExperimentConfig, label_counts: Any, criterion: str) -> np.ndarray | None:
-    """`label_overlap` of the given counts, or of the config's data for `"similarity"`."""
+def _counts(config: ExperimentConfig, label_counts: Any, criterion: str) -> np.ndarray | None:
+    """`[N, C]` class counts: the given ones, or the config's data for `"similarity"`."""
     if label_counts is None and criterion == "counts":
         return None
     counts = config_label_counts(config) if label_counts is None else np.asarray(label_counts)
@@ -311,7 +334,7 @@ def _overlaps(config: ExperimentConfig, label_counts: Any, criterion: str) -> np
             f"label_counts must be [clients, classes] with {config.num_clients} clients "
             f"({config.num_neighbors} neighbors + the target); got shape {counts.shape}"
         )
-    return label_overlap(counts)
+    return counts
 
 
 def _by_counts(
@@ -336,10 +359,15 @@ def _by_counts(
 
 
 def _by_similarity(
-    sel: np.ndarray, ok: np.ndarray, overlap: np.ndarray, thresholds: tuple[float, float]
+    sel: np.ndarray,
+    ok: np.ndarray,
+    overlap: np.ndarray,
+    big: np.ndarray,
+    thresholds: tuple[float, float],
 ) -> tuple[list[int | None], list[int | None], bool]:
     """`(seed index per case, targets, shared)` of the similarity search; None where a case
-    has no seed. `sel [G, S, n]`: placement neighbor k selected at gamma g on seed s."""
+    has no seed. `sel [G, S, n]`: placement neighbor k selected at gamma g on seed s; `big
+    [N]`: the data clients large enough to be a target."""
     clients = overlap.shape[0]
     others = [np.array([c for c in range(clients) if c != t]) for t in range(clients)]
 
@@ -347,7 +375,7 @@ def _by_similarity(
         return [
             t
             for t in range(clients)
-            if meets_criterion(overlap[t, others[t][sel[g, s]]], *thresholds)
+            if big[t] and meets_criterion(overlap[t, others[t][sel[g, s]]], *thresholds)
         ]
 
     for s in np.flatnonzero(ok.all(0)):  # one network: distinct targets, first in order
@@ -369,7 +397,7 @@ def _or_raise(
     seeds: list[int],
     wanted: tuple[int, ...],
     gammas: tuple[float, ...],
-    thresholds: tuple[float, float],
+    limits: tuple[float, float, int],
 ) -> tuple[list[int], tuple[int, ...], bool]:
     """`found` when every case has a seed; else a ValueError naming the first case without."""
     chosen, targets, shared = found
@@ -378,9 +406,9 @@ def _or_raise(
             raise ValueError(
                 f"no topology seed in search_seeds ({seeds[0]}..{seeds[-1]}, {len(seeds)} "
                 f"seeds) selects exactly {wanted[g]} neighbors at gamma_th={gammas[g]:g} "
-                f"for a target (not already taken) whose neighbors include one with label "
-                f"overlap >= {thresholds[0]:g} and one <= {thresholds[1]:g}; search more seeds "
-                "or change the thresholds"
+                f"for a target (not already taken, at least {limits[2]} samples) whose "
+                f"neighbors include one with label overlap >= {limits[0]:g} and one <= "
+                f"{limits[1]:g}; search more seeds or change the thresholds"
             )
     return [int(s) for s in chosen], tuple(int(t) for t in targets), shared
 

@@ -1,11 +1,14 @@
 """Presets of the paper reproduction: each a base config and a grid per method.
 
 A preset names its datasets (label, `ExperimentConfig.dataset`, model, per-client sample cap),
-the config fields every run shares (`base`), the seeds, and per method the grid of swept
-hyperparameters chosen on a validation split (`grids`) plus fixed ones (`hparams`). `tiny`
-(the test, seconds), `quick` (2 CPU cores, minutes, real data from the shared data folder,
-MLPs) and `paper` (TFDS full datasets, the paper's models, 100 rounds; for a GPU). Nothing
-downloads in `tiny` or `quick`.
+the config fields every run shares (`base`), the seeds, per method the grid of swept
+hyperparameters chosen on a validation split (`grids`) plus fixed ones (`hparams`), how the
+cases' targets are chosen (`criterion`, `reproduce.cases`), pFedWN's EM variants and the
+crossover study (`crossover`). `tiny` (the test, seconds), `quick` (2 CPU cores, minutes,
+real data subsets from the shared data folder, MLPs), `mnist-full` (full MNIST on 2 CPU
+cores, under an hour for Table II; the CNN where an accelerator is present) and `paper` (full
+datasets, the paper's models, 100 rounds; for a GPU). Nothing downloads: `with_data_dir`
+points a preset's datasets at `.npz` files or prepared TFDS data in one folder.
 """
 
 from __future__ import annotations
@@ -19,22 +22,58 @@ from typing import Any, NamedTuple
 METHODS = ("local", "fedavg", "fedprox", "perfedavg", "fedamp", "pfedwn")
 
 
-#: pFedWN's EM read both ways the paper allows: (em_every, mix_components), i.e. estimate
-#: once and freeze or re-estimate every round, mixing the neighbors' received models or
-#: M-step 2's fine-tuned components; the first is the default.
-EM_VARIANTS = ((0, False), (1, False), (0, True), (1, True))
+#: pFedWN's EM read the other ways the paper allows (hyperparameter overrides of the
+#: default): re-estimate pi every round (Alg. 1's loop), mix M-step 2's fine-tuned components
+#: in Eq. 5, or both.
+EM_VARIANTS: tuple[Mapping[str, Any], ...] = (
+    {"em_every": 1},
+    {"mix_components": True},
+    {"em_every": 1, "mix_components": True},
+)
+#: The EM readings compared at fixed points in `mnist-full`: pi estimated on the components
+#: after M-step 2 (App. B read literally) and Eq. 5 mixing the fine-tuned components.
+EM_READINGS: tuple[Mapping[str, Any], ...] = (
+    {"pi_from": "components"},
+    {"mix_components": True},
+)
+#: How EM variants are compared: "tuned" (each over pFedWN's grid on validation, like a
+#: method) or "fixed" (at `a = FIXED_A` and at the default's chosen point, the default's lr).
+VARIANT_POINTS = ("tuned", "fixed")
+FIXED_A = 0.5
 
 
 DATA_ENV = "PFEDWN_SHARED_DATA"
 
 
 class DataSpec(NamedTuple):
-    """One dataset of a preset: table label, `ExperimentConfig.dataset`, model, sample cap."""
+    """One dataset of a preset: table label, `ExperimentConfig.dataset`, model, sample cap,
+    and the model used instead where JAX's default backend is an accelerator (None: the
+    same); `runs.dataset_base` decides at run time."""
 
     label: str
     dataset: str | None
     model: str
     max_samples: int | None
+    accel_model: str | None = None
+
+
+class Crossover(NamedTuple):
+    """The crossover study (`reproduce.crossover`): where collaboration pays.
+
+    Every Table II case target of the preset's first dataset under each of `criteria`
+    (distinct targets) trains with every client capped at each of `caps` samples
+    (`max_samples_per_client`; None: the dataset's own cap, none in `mnist-full`), `methods`
+    at fixed hyperparameters (`lr`, the methods' defaults and the preset's fixed `hparams`)
+    and pFedWN at each of `a`.
+    """
+
+    caps: tuple[int | None, ...]
+    seeds: tuple[int, ...]
+    rounds: int
+    lr: float
+    a: tuple[float, ...]
+    methods: tuple[str, ...] = ("local", "fedavg", "fedprox", "perfedavg", "fedamp")
+    criteria: tuple[str, ...] = ("counts", "similarity")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,9 +86,16 @@ class Preset:
       seeds: the seeds of every grid point.
       grids: per method, the swept keys and values (chosen on the validation split).
       hparams: per method, fixed hyperparameters (e.g. FedAMP's `sigma_mode`).
-      variants: datasets whose pFedWN EM variants run as extra Table II rows.
+      variants: datasets whose pFedWN EM variants run (`em_variants`, compared as
+        `variant_points` says).
       window: rounds of the "last" statistic (and of the validation score).
       methods: the methods run (default all six).
+      criterion: how the cases' targets are chosen (`reproduce.cases.CRITERIA`).
+      em_variants: pFedWN hyperparameter overrides, one per variant.
+      variant_points: "tuned" (each variant over pFedWN's grid, chosen on validation, like
+        a method) or "fixed" (at `a = FIXED_A` and at the default's chosen `a`,
+        with the default's chosen lr, paired by seed with the default at the same point).
+      crossover: the crossover study's settings (None: the preset has none).
     """
 
     name: str
@@ -65,6 +111,20 @@ class Preset:
     window: int = 5
     methods: tuple[str, ...] = METHODS
     description: str = ""
+    criterion: str = "counts"
+    em_variants: tuple[Mapping[str, Any], ...] = EM_VARIANTS
+    variant_points: str = "tuned"
+    crossover: Crossover | None = None
+
+    def __post_init__(self) -> None:
+        from pfedwn_jax._checks import check_choice
+        from pfedwn_jax.reproduce.cases import CRITERIA
+
+        check_choice("criterion", self.criterion, CRITERIA)
+        check_choice("variant_points", self.variant_points, VARIANT_POINTS)
+        a_grid = self.grids.get("pfedwn", {}).get("pfedwn.a", ())
+        if self.variants and self.variant_points == "fixed" and FIXED_A not in a_grid:
+            raise ValueError(f"variant_points='fixed' needs a = {FIXED_A} in pFedWN's grid")
 
 
 def shared_data_dir() -> Path:
@@ -110,6 +170,15 @@ def _tiny() -> Preset:
         variants=("MNIST",),
         window=2,
         description="embedded MNIST subset, logistic regression, 2 rounds, 2 seeds (a test)",
+        crossover=Crossover(
+            caps=(20, None),
+            seeds=(0, 1),
+            rounds=2,
+            lr=0.1,
+            a=(0.5,),
+            methods=("local",),
+            criteria=("counts",),
+        ),
     )
 
 
@@ -171,7 +240,95 @@ def _paper() -> Preset:
     )
 
 
-PRESETS = {p.name: p for p in (_tiny(), _quick(), _paper())}
+def _mnist_source() -> str:
+    """Full MNIST: the shared `mnist.npz` where it is, else TFDS `mnist` (prepared data)."""
+    path = shared_data_dir() / "mnist.npz"
+    return f"npz:{path}" if path.is_file() else "mnist"
+
+
+_FULL_LR = (0.03, 0.1)
+
+
+#: `mnist-full`'s grid: the learning rate of every method, and pFedWN's `a` up to 1 (Local),
+#: within the hour on 2 CPU cores (a run of 30 rounds costs about 20 s there); the other
+#: methods' own hyperparameters fixed (`FULL_FIXED`) at values the quick preset chose.
+FULL_GRID = {
+    "local": {"lr": _FULL_LR},
+    "fedavg": {"lr": _FULL_LR},
+    "fedprox": {"lr": _FULL_LR},
+    "perfedavg": {"lr": _FULL_LR},
+    "fedamp": {"lr": _FULL_LR},
+    "pfedwn": {"lr": _FULL_LR, "pfedwn.a": (0.5, 0.9, 0.95, 0.99, 1.0)},
+}
+FULL_FIXED = {
+    "fedprox": {"mu": 0.01},
+    "perfedavg": {"variant": "fo", "alpha": 0.02},
+    "fedamp": {"sigma_mode": "auto", "sigma_scale": 0.5},
+}
+
+
+FULL_BASE = {"rounds": 30, "local_epochs": 1, "batch_size": 32, "val_fraction": 0.2, "data_seed": 0}
+
+
+def _mnist_full() -> Preset:
+    return Preset(
+        name="mnist-full",
+        datasets=(DataSpec("MNIST", _mnist_source(), "mlp", None, accel_model="cnn"),),
+        base=FULL_BASE,
+        seeds=(0, 1, 2, 3, 4),
+        grids=FULL_GRID,
+        hparams=FULL_FIXED,
+        fig1="MNIST",
+        fig8="MNIST",
+        fig9="MNIST",
+        variants=("MNIST",),
+        criterion="similarity",
+        em_variants=EM_READINGS,
+        variant_points="fixed",
+        crossover=Crossover(
+            caps=(50, 150, 500, 1500, None), seeds=(0, 1, 2), rounds=30, lr=0.05, a=(0.5, 0.9)
+        ),
+        description=(
+            "full MNIST (70,000 images), the paper's partition over 11 clients (21 for Table "
+            "III), no per-client cap, cases chosen by label similarity, the MLP on a CPU (the "
+            "paper's CNN where JAX's backend is an accelerator), 30 rounds of 1 local epoch, "
+            "5 seeds, lr in {0.03, 0.1} for every method, pFedWN's a in {0.5, 0.9, 0.95, "
+            "0.99, 1}"
+        ),
+    )
+
+
+PRESETS = {p.name: p for p in (_tiny(), _quick(), _mnist_full(), _paper())}
+
+
+#: The file (`NAME.npz`) or prepared TFDS folder (`NAME/`) `with_data_dir` looks for.
+DATA_NAMES = {"MNIST": "mnist", "CIFAR-10": "cifar10", "CIFAR-100": "cifar100"}
+
+
+def with_data_dir(preset: Preset, folder: str | Path) -> Preset:
+    """`preset` reading every dataset from `folder`: `NAME.npz` (`npz:`, keys `x_train`,
+    `y_train`, `x_test`, `y_test`) where it exists, else TFDS data prepared there (`NAME/`,
+    read with `download=False`); NAME per label in `DATA_NAMES`. Raises ValueError naming
+    what is missing, before any run."""
+    folder = Path(folder).expanduser().resolve()
+    if not folder.is_dir():
+        raise ValueError(f"--data-dir {str(folder)!r} is not a folder")
+    specs = []
+    for spec in preset.datasets:
+        name = DATA_NAMES.get(spec.label)
+        if name is None:
+            raise ValueError(f"--data-dir: no file name known for dataset {spec.label!r}")
+        if (folder / f"{name}.npz").is_file():
+            specs.append(spec._replace(dataset=f"npz:{folder / f'{name}.npz'}"))
+        elif (folder / name).is_dir():
+            specs.append(spec._replace(dataset=name))
+        else:
+            raise ValueError(
+                f"--data-dir {str(folder)!r} holds neither {name}.npz nor prepared TFDS data "
+                f"({name}/) for {spec.label}"
+            )
+    base = {**preset.base, "data_dir": str(folder)}
+    return dataclasses.replace(preset, datasets=tuple(specs), base=base)
 
 
 def get_preset(name: str | Preset) -> Preset:

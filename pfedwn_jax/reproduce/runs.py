@@ -1,14 +1,17 @@
 """The sweeps of a reproduction and the choice of each method's hyperparameters.
 
-Per dataset and method, one `run_configs` call holds every setting (the paper's cases, the
-20-neighbor network, ...) x grid point (`sweeps.grid.expand`) x seed, so the settings share
-compiled programs; pFedWN's sweeps keep its per-round EM weights (`pi`, `pi_trace`: Fig. 8).
+Per dataset, method and settings group (Table II's cases; the 20-neighbor network; Fig. 1's
+all-client network), one `run_configs` call holds every setting x grid point
+(`sweeps.grid.expand`) x seed, so the cases share compiled programs, and each group's sweep is
+saved apart (a later reproduction reads it back); `merge_sweeps` joins a method's groups.
+pFedWN's sweeps keep its per-round EM weights (`pi`, `pi_trace`: Fig. 8).
 Each method's hyperparameters are chosen per setting on the validation split (`choose`: mean
 of the last `window` rounds of `target_val_accuracy`), never on the test split.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -18,8 +21,15 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from pfedwn_jax.experiment.config import ExperimentConfig
-from pfedwn_jax.reproduce.cases import PAPER_GAMMAS, PAPER_WANTED, network20_case, paper_cases
-from pfedwn_jax.reproduce.presets import EM_VARIANTS, DataSpec, Preset
+from pfedwn_jax.reproduce.cases import (
+    PAPER_GAMMAS,
+    PAPER_WANTED,
+    Case,
+    config_label_counts,
+    network20_case,
+    paper_cases,
+)
+from pfedwn_jax.reproduce.presets import FIXED_A, DataSpec, Preset
 from pfedwn_jax.sweeps.result import SweepResult
 
 #: pFedWN's records every sweep of it keeps (Fig. 8 reads them).
@@ -39,12 +49,22 @@ class Setting(NamedTuple):
     extra: tuple[tuple[str, Any], ...] = ()
 
 
+def spec_model(spec: DataSpec) -> str:
+    """The model of `spec` on this machine: `accel_model` where JAX's default backend is an
+    accelerator (GPU/TPU), else `model` (asked at run time, after the CPU devices are set)."""
+    if spec.accel_model is None:
+        return spec.model
+    import jax
+
+    return spec.accel_model if jax.default_backend() != "cpu" else spec.model
+
+
 def dataset_base(preset: Preset, spec: DataSpec, method: str) -> ExperimentConfig:
     """The config every run of `method` on `spec` starts from (before case, grid and seed)."""
     hp = {method: dict(preset.hparams[method])} if method in preset.hparams else {}
     return ExperimentConfig(
         dataset=spec.dataset,
-        model=spec.model,
+        model=spec_model(spec),
         max_samples_per_client=spec.max_samples,
         algorithms=(method,),
         hparams=hp,
@@ -52,16 +72,52 @@ def dataset_base(preset: Preset, spec: DataSpec, method: str) -> ExperimentConfi
     )
 
 
-def settings(base: ExperimentConfig, want: Sequence[str]) -> list[Setting]:
-    """The settings named in `want` among "cases" (Cases 1-3, 10 neighbors, gamma_th
-    5/10/15 with 4/3/2 selected), "n20" (20 neighbors, gamma_th 10, 3 selected) and "all"
-    (Case 1's network with every neighbor in training, no selection: Fig. 1's FL)."""
+#: The config fields a partition's class counts depend on (with `seed` when `data_seed` is
+#: None, and the number of clients).
+_DATA_FIELDS = ("dataset", "data_dir", "partition", "alpha", "train_frac", "data_seed", "pool",
+                "classes_per_client", "min_samples", "max_samples_per_client")  # fmt: skip
+
+
+def label_counts(base: ExperimentConfig, neighbors: int) -> np.ndarray:
+    """`[N, C]` class counts of `base`'s partition over `neighbors + 1` clients (all splits),
+    loaded once per distinct data (every method's settings share them)."""
+    fields = {k: getattr(base, k) for k in _DATA_FIELDS}
+    if base.data_seed is None:
+        fields["seed"] = base.seed
+    return _counts(json.dumps(fields, sort_keys=True, default=str), neighbors)
+
+
+@functools.lru_cache(maxsize=16)
+def _counts(fields: str, neighbors: int) -> np.ndarray:
+    cfg = ExperimentConfig(**json.loads(fields), num_neighbors=neighbors)
+    return config_label_counts(cfg)
+
+
+def table_cases(base: ExperimentConfig, criterion: str = "counts", n20: bool = False) -> list[Case]:
+    """Table II's three cases (10 neighbors, gamma_th 5/10/15 with 4/3/2 selected) or, with
+    `n20`, Table III's (20 neighbors, gamma_th 10, 3 selected), their targets chosen by
+    `criterion` (`reproduce.cases`); the cases carry the neighbors' label overlaps."""
+    counts = label_counts(base, 20 if n20 else 10)
+    if n20:
+        return [network20_case(base, criterion=criterion, label_counts=counts)]
+    return paper_cases(
+        base, 10, PAPER_WANTED, PAPER_GAMMAS, criterion=criterion, label_counts=counts
+    )
+
+
+def settings(
+    base: ExperimentConfig, want: Sequence[str], criterion: str = "counts"
+) -> list[Setting]:
+    """The settings named in `want` among "cases" (Table II's cases), "n20" (Table III's)
+    and "all" (Case 1's network with every neighbor in training, no selection: Fig. 1's FL);
+    the targets chosen by `criterion`."""
     out = []
-    ten = paper_cases(base, 10, PAPER_WANTED, PAPER_GAMMAS)
+    ten = table_cases(base, criterion)
     if "cases" in want:
         out += [Setting(c.name, c.config(base)) for c in ten]
     if "n20" in want:
-        out.append(Setting("20 neighbors", network20_case(base).config(base)))
+        (n20,) = table_cases(base, criterion, n20=True)
+        out.append(Setting("20 neighbors", n20.config(base)))
     if "all" in want:
         out.append(Setting("all clients", ten[0].config(base).replace(selection=False)))
     return out
@@ -195,7 +251,8 @@ def plan(preset: Preset, items: Sequence[str]) -> dict[str, dict[str, list[str]]
         for m in preset.methods:
             w = []
             fig8 = "fig8" in items and spec.label == preset.fig8 and m == "pfedwn"
-            if "table2" in items or fig9 or fig8:
+            em = "em" in items and spec.label in preset.variants and m == "pfedwn"
+            if "table2" in items or fig9 or fig8 or em:
                 w.append("cases")
             if "table3" in items or fig9:
                 w.append("n20")
@@ -212,24 +269,35 @@ def slug(text: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in text.lower()).strip("_")
 
 
-def variant_name(em_every: int, mix_components: bool) -> str:
-    return f"em_every={em_every}, mix {'components' if mix_components else 'received'}"
+def variant_name(overrides: Mapping[str, Any]) -> str:
+    """A variant's label from its pFedWN overrides: "em_every=1, mix_components=True"."""
+    return ", ".join(f"{k}={v}" for k, v in overrides.items())
+
+
+def _variant_base(preset: Preset, spec: DataSpec, overrides: Mapping[str, Any]):
+    base = dataset_base(preset, spec, "pfedwn")
+    hp = {**base.hparams.get("pfedwn", {}), **overrides}
+    return base.replace(hparams={**base.hparams, "pfedwn": hp})
 
 
 def run_variants(
-    preset: Preset, spec: DataSpec, out: Path
+    preset: Preset, spec: DataSpec, out: Path, rows: Sequence[Mapping[str, Any]] = ()
 ) -> tuple[list[dict[str, Any]], tuple[SweepResult, list[dict]]]:
-    """pFedWN's non-default EM variants as extra Table II rows, each tuned on its own over
-    pFedWN's grid on the validation split, like every method (a variant evaluated at the
-    default's chosen point would favour the default)."""
+    """pFedWN's EM variants (`preset.em_variants`) on Table II's cases. "tuned": each tuned
+    on its own over pFedWN's grid on the validation split, like a method (a variant evaluated
+    at the default's chosen point would favour the default); rows named "pfedwn (VARIANT)"
+    (`em_variants.csv`, beside Table II).
+    "fixed": each at `a = FIXED_A` and at the default's chosen `a` (`rows`: the default's
+    Table II rows), both with the default's chosen lr, so that the pairing with the default
+    compares the readings at the same point; rows carry `point` (`fixed_points`)."""
+    if preset.variant_points == "fixed":
+        return _fixed_variants(preset, spec, out, rows)
     grid = preset.grids["pfedwn"]
     sts = []
-    for every, mix in EM_VARIANTS[1:]:
-        base = dataset_base(preset, spec, "pfedwn")
-        hp = {**base.hparams.get("pfedwn", {}), "em_every": every, "mix_components": mix}
-        base = base.replace(hparams={**base.hparams, "pfedwn": hp})
-        extra = (("variant", variant_name(every, mix)),)
-        sts += [st._replace(extra=extra) for st in settings(base, ("cases",))]
+    for over in preset.em_variants:
+        extra = (("variant", variant_name(over)),)
+        base = _variant_base(preset, spec, over)
+        sts += [st._replace(extra=extra) for st in settings(base, ("cases",), preset.criterion)]
     folder = out / "sweeps" / f"{slug(spec.label)}_pfedwn_variants"
     res, vruns = run_settings(sts, grid, preset.seeds, cache=folder)
     label = {"dataset": spec.label, "sweep_wall_s": res.meta["wall_s"]}
@@ -240,19 +308,63 @@ def run_variants(
     return rows, (res, vruns)
 
 
+def fixed_points(chosen_a: float) -> list[tuple[str, float]]:
+    """The (label, a) points of a "fixed" variant comparison: `a = FIXED_A` and the chosen
+    `a`; one point labelled "a=0.5 (chosen)" when they coincide, and none at a chosen
+    `a = 1`, where Eq. 5 keeps the target's own model whatever EM estimates."""
+    if chosen_a == FIXED_A:
+        return [(f"a={FIXED_A:g} (chosen)", FIXED_A)]
+    if chosen_a == 1.0:
+        return [(f"a={FIXED_A:g}", FIXED_A)]
+    return [(f"a={FIXED_A:g}", FIXED_A), (f"chosen a={chosen_a:g}", chosen_a)]
+
+
+def _fixed_variants(preset, spec, out, rows):
+    ref = {r["case"]: r["chosen"] for r in rows if r["dataset"] == spec.label
+           and r["method"] == "pfedwn" and r["case"] not in SPECIAL}  # fmt: skip
+    sts = []
+    for over in preset.em_variants:
+        base = _variant_base(preset, spec, over)
+        for st in settings(base, ("cases",), preset.criterion):
+            lr, best = ref[st.name]["lr"], ref[st.name]["pfedwn.a"]
+            for point, a in fixed_points(best):
+                hp = {**st.config.hparams, "pfedwn": {**st.config.hparams["pfedwn"], "a": a}}
+                cfg = st.config.replace(lr=lr, hparams=hp)
+                extra = (("variant", variant_name(over)), ("point", point), ("lr", lr),
+                         ("pfedwn.a", a))  # fmt: skip
+                sts.append(Setting(st.name, cfg, extra))
+    folder = out / "sweeps" / f"{slug(spec.label)}_pfedwn_variants"
+    res, vruns = run_settings(sts, {}, preset.seeds, cache=folder)
+    label = {"dataset": spec.label, "sweep_wall_s": res.meta["wall_s"]}
+    new = choose(res, [], preset.window, label)
+    for r in new:
+        r["chosen"] = {"lr": r["lr"], "pfedwn.a": r["pfedwn.a"]}
+        r["config"] = chosen_config(vruns, r)
+        r["method"] = f"pfedwn ({r['variant']}; {r['point']})"
+    return new, (res, vruns)
+
+
 def run_tables(
     preset: Preset, items: Sequence[str], out: Path, log: Callable[[str], None] = print
 ) -> tuple[list[dict[str, Any]], dict[tuple[str, str], tuple[SweepResult, list[dict]]]]:
     """Every sweep the items need; the chosen rows of every (dataset, setting, method) and
-    the sweeps by (dataset label, method)."""
+    the sweeps by (dataset label, method). A method's settings groups (Table II's cases,
+    the 20-neighbor network, Fig. 1's all-client network: each its own partition or slot
+    count, so its own compiled program anyway) are saved apart (`sweeps/DATASET_METHOD`,
+    `..._n20`, `..._all`), so that a later run with more items reads back the groups done."""
     rows: list[dict[str, Any]] = []
     sweeps: dict[tuple[str, str], tuple[SweepResult, list[dict]]] = {}
     todo = plan(preset, items)
     for spec in preset.datasets:
         for m, want in todo.get(spec.label, {}).items():
-            sts = settings(dataset_base(preset, spec, m), want)
-            folder = out / "sweeps" / f"{slug(spec.label)}_{m}"
-            res, runs = run_settings(sts, preset.grids[m], preset.seeds, cache=folder)
+            base, parts = dataset_base(preset, spec, m), []
+            for group in want:
+                sts = settings(base, (group,), preset.criterion)
+                name = f"{slug(spec.label)}_{m}" + ("" if group == "cases" else f"_{group}")
+                folder = out / "sweeps" / name
+                parts.append(run_settings(sts, preset.grids[m], preset.seeds, cache=folder))
+            res = merge_sweeps([r for r, _ in parts])
+            runs = [run for _, rs in parts for run in rs]
             label = {"dataset": spec.label, "sweep_wall_s": res.meta["wall_s"]}
             new = choose(res, list(preset.grids[m]), preset.window, label)
             for r in new:
@@ -260,8 +372,32 @@ def run_tables(
             rows += new
             sweeps[(spec.label, m)] = (res, runs)
             log(f"{spec.label} {m}: {res.num_runs} runs in {res.meta['wall_s']:.0f} s")
-        if "table2" in items and spec.label in preset.variants:
-            new, sweeps[(spec.label, "pfedwn variants")] = run_variants(preset, spec, out)
+        if "em" in items and spec.label in preset.variants:
+            new, sweeps[(spec.label, "pfedwn variants")] = run_variants(preset, spec, out, rows)
             rows += new
             log(f"{spec.label} pFedWN EM variants done")
     return rows, sweeps
+
+
+def merge_sweeps(parts: Sequence[SweepResult]) -> SweepResult:
+    """One `SweepResult` of several with the same columns and swept keys: the rows one after
+    the other, the later parts' run ids (and their records' keys) shifted past the earlier
+    ones; meta: the summed `wall_s`."""
+    if len(parts) == 1:
+        return parts[0]
+    names = list(parts[0].rows)
+    if any(list(p.rows) != names or p.swept != parts[0].swept for p in parts):
+        raise ValueError("merge_sweeps: the parts need the same columns and swept keys")
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in names}
+    records: dict[str, np.ndarray] = {}
+    offset = 0
+    for part in parts:
+        for k in names:
+            cols[k].append(part.rows[k] + offset if k == "run" else part.rows[k])
+        for key, value in part.records.items():
+            run, rest = key.split("/", 1)
+            records[f"{int(run) + offset}/{rest}"] = value
+        offset += int(part.rows["run"].max()) + 1 if len(part) else 0
+    meta = {"wall_s": float(sum(p.meta.get("wall_s", 0.0) for p in parts)), "parts": len(parts)}
+    merged = {k: np.concatenate(v) for k, v in cols.items()}
+    return SweepResult(merged, parts[0].swept, meta, records)

@@ -1,4 +1,5 @@
-"""The reproduction's tables: chosen rows as CSV/JSON and Markdown, EM variants paired by seed."""
+"""The reproduction's tables: chosen rows as CSV/JSON and Markdown; differences paired by seed
+(every method against Local, pFedWN's EM variants against its default)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from pfedwn_jax.reproduce.runs import STATS
+from pfedwn_jax.reproduce.runs import SPECIAL, STATS
 from pfedwn_jax.sweeps.result import SweepResult
 
 TABLE_COLUMNS = (
@@ -38,6 +39,17 @@ def write_table(rows: Sequence[Mapping[str, Any]], out: Path, name: str) -> dict
     doc = {"schema": "pfedwn-reproduce-table/1", "unit": "% target test accuracy",
            "rows": [{c: r.get(c) for c in TABLE_COLUMNS} for r in rows]}  # fmt: skip
     return {"csv": csv_path, "json": atomic_write_json(out / f"{name}.json", finite(doc))}
+
+
+def table_rows(rows: Sequence[Mapping[str, Any]], table: str) -> list[Mapping[str, Any]]:
+    """The rows of Table II ("table2": the cases), Table III ("table3": the 20-neighbor
+    network) or of pFedWN's EM variants ("em", on Table II's cases)."""
+    if table == "em":
+        return [r for r in rows if "variant" in r]
+    keep = [r for r in rows if "variant" not in r]
+    if table == "table2":
+        return [r for r in keep if r["case"] not in SPECIAL]
+    return [r for r in keep if r["case"] == SPECIAL[0]]
 
 
 def finite(obj: Any) -> Any:
@@ -107,7 +119,7 @@ def row_of(rows: Sequence[Mapping], dataset: str, case: str, method: str) -> Map
     raise ValueError(f"no result for {dataset} / {case} / {method}")
 
 
-def _seed_scores(res: SweepResult, cond: Mapping[str, Any], window: int) -> dict[int, float]:
+def seed_scores(res: SweepResult, cond: Mapping[str, Any], window: int) -> dict[int, float]:
     """Per seed, the mean target test accuracy (%) of the last `window` rounds of the runs
     matching `cond` (one run per seed)."""
     rows = res.select({k: [v] for k, v in cond.items()}).rows
@@ -117,34 +129,66 @@ def _seed_scores(res: SweepResult, cond: Mapping[str, Any], window: int) -> dict
             for s in seeds}  # fmt: skip
 
 
+def paired(mine: Mapping[int, float], base: Mapping[int, float]) -> dict[str, Any]:
+    """`mine - base` seed by seed (the seeds both have): `n`, `diff_mean`, the half-width
+    `diff_half_width` of its 95% Student-t interval (NaN for one seed), `diffs`, and both
+    sides' means `mean`, `base_mean`. Same seeds, so the pairing removes the seed-to-seed
+    spread that the tables' intervals carry."""
+    seeds = [s for s in sorted(mine) if s in base]
+    a = np.asarray([mine[s] for s in seeds], np.float64)
+    b = np.asarray([base[s] for s in seeds], np.float64)
+    diff = a - b
+    half = (stats.t.ppf(0.975, diff.size - 1) * diff.std(ddof=1) / np.sqrt(diff.size)
+            if diff.size > 1 else np.nan)  # fmt: skip
+    return {"n": int(diff.size), "diff_mean": float(diff.mean()), "diff_half_width": float(half),
+            "diffs": diff.round(4).tolist(), "mean": float(a.mean()),
+            "base_mean": float(b.mean())}  # fmt: skip
+
+
+def _cond(row: Mapping[str, Any], method: str, **extra: Any) -> dict[str, Any]:
+    return {"case": row["case"], "method": method, **extra, **row["chosen"]}
+
+
 def paired_variants(rows, sweeps, window: int) -> list[dict[str, Any]]:
-    """Each EM variant row against the default pFedWN row of its dataset and case: the mean
-    and 95% Student-t half-width over seeds of the per-seed difference of the last-`window`
-    test accuracy (%), each at its own chosen point. Same seeds, so the pairing removes the
-    seed-to-seed spread that the tables' intervals carry."""
+    """Each EM variant row against the default pFedWN row of its dataset and case: the
+    per-seed difference of the last-`window` test accuracy (%) (`paired`). A tuned variant
+    (an extra Table II row) is compared at its own chosen point with the default at its own;
+    a fixed-point variant (`point`) with the default at the same lr and `a`."""
     out = []
     for v in (r for r in rows if "variant" in r):
         d, c = v["dataset"], v["case"]
         ref = row_of(rows, d, c, "pfedwn")
-        mine = _seed_scores(sweeps[(d, "pfedwn variants")][0],
-                            {"case": c, "variant": v["variant"], "method": "pfedwn",
-                             **v["chosen"]}, window)  # fmt: skip
-        base = _seed_scores(sweeps[(d, "pfedwn")][0],
-                            {"case": c, "method": "pfedwn", **ref["chosen"]}, window)  # fmt: skip
-        diff = np.asarray([mine[s] - base[s] for s in sorted(mine) if s in base])
-        half = (stats.t.ppf(0.975, diff.size - 1) * diff.std(ddof=1) / np.sqrt(diff.size)
-                if diff.size > 1 else np.nan)  # fmt: skip
-        out.append({"dataset": d, "case": c, "variant": v["variant"], "n": int(diff.size),
-                    "diff_mean": float(diff.mean()), "diff_half_width": float(half),
-                    "diffs": diff.round(4).tolist()})  # fmt: skip
+        extra = {"variant": v["variant"]} | ({"point": v["point"]} if "point" in v else {})
+        mine = seed_scores(sweeps[(d, "pfedwn variants")][0], _cond(v, "pfedwn", **extra), window)
+        at = v if "point" in v else ref
+        base = seed_scores(sweeps[(d, "pfedwn")][0], _cond(at, "pfedwn"), window)
+        name = v["variant"] + (f"; {v['point']}" if "point" in v else "")
+        out.append({"dataset": d, "case": c, "variant": name, **paired(mine, base)})
     return out
 
 
-def paired_table(pairs: Sequence[Mapping[str, Any]]) -> str:
+def paired_to_local(rows, sweeps, window: int, reference: str = "local") -> list[dict]:
+    """Every method's Table II/III row against `reference`'s row (Local) of the same dataset
+    and case, each at its own chosen point: the per-seed difference of the last-`window`
+    test accuracy (%), `paired`; rows as `paired_variants`' with `variant` = the method."""
+    out = []
+    for r in rows:
+        m, d, c = r["method"], r["dataset"], r["case"]
+        refs = [x for x in rows if (x["dataset"], x["case"], x["method"]) == (d, c, reference)]
+        if m == reference or "variant" in r or not refs:
+            continue  # Fig. 1's all-client FedAvg has no Local row
+        ref = refs[0]
+        mine = seed_scores(sweeps[(d, m)][0], _cond(r, m), window)
+        base = seed_scores(sweeps[(d, reference)][0], _cond(ref, reference), window)
+        out.append({"dataset": d, "case": c, "variant": m, **paired(mine, base)})
+    return out
+
+
+def paired_table(pairs: Sequence[Mapping[str, Any]], head: str = "variant - default") -> str:
     """Markdown: variants x (case, dataset), cells `+d ± h` (points of accuracy)."""
     cols = list(dict.fromkeys((r["case"], r["dataset"]) for r in pairs))
     at = {(r["variant"], r["case"], r["dataset"]): r for r in pairs}
-    lines = ["| variant - default | " + " | ".join(f"{c} {d}" for c, d in cols) + " |"]
+    lines = [f"| {head} | " + " | ".join(f"{c} {d}" for c, d in cols) + " |"]
     lines.append("|---" * (len(cols) + 1) + "|")
     for name in dict.fromkeys(r["variant"] for r in pairs):
         cells = [at.get((name, *c)) for c in cols]
@@ -154,10 +198,17 @@ def paired_table(pairs: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def write_pairs(out: Path, pairs: Sequence[Mapping[str, Any]], window: int) -> Path:
+def write_pairs(
+    out: Path,
+    pairs: Sequence[Mapping[str, Any]],
+    window: int,
+    name: str = "em_pairs",
+    what: str = "variant - default",
+) -> Path:
+    """`name.json`: the pairs (`paired`'s fields per dataset, case and variant)."""
     from pfedwn_jax.io import atomic_write_json
 
-    doc = {"schema": "pfedwn-reproduce-em-variants/1", "window": window,
-           "unit": "points of % target test accuracy (variant - default, per seed)",
+    doc = {"schema": "pfedwn-reproduce-pairs/1", "window": window,
+           "unit": f"points of % target test accuracy ({what}, per seed)",
            "pairs": list(pairs)}  # fmt: skip
-    return atomic_write_json(out / "em_variants.json", finite(doc))
+    return atomic_write_json(out / f"{name}.json", finite(doc))

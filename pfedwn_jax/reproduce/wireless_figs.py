@@ -81,6 +81,7 @@ class WirelessPreset:
 PRESETS = {
     "tiny": WirelessPreset(2, 2, 48, "cifar10_1k_200.npz"),
     "quick": WirelessPreset(20, 20, 48, "cifar10_exact_subset.npz"),
+    "mnist-full": WirelessPreset(100, 20, 48, "mnist.npz"),
     "paper": WirelessPreset(100, 20, 48, "cifar10"),
 }
 #: Probe positions per axis of the Fig. 4 background (`cli.neighbors.plot_heatmap`'s grid, so

@@ -9,33 +9,19 @@ summary (max and final target accuracy), the hyperparameters, timings and diverg
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import numpy as np
 
 from pfedwn_jax.algorithms import hparams_dict
+from pfedwn_jax.results.metrics import accuracy_stats
 from pfedwn_jax.results.table import Track
 
-QUANTILES = (10, 50, 90)  # percent: the client-accuracy quantiles kept every round
-STATS = ("mean", *(f"q{q}" for q in QUANTILES))
 PER_SLOT = {
     "accuracy": "client_accuracy",
     "loss": "client_loss",
     "val_accuracy": "client_val_accuracy",
 }
-
-
-def accuracy_stats(acc: np.ndarray) -> dict[str, list[float]]:
-    """`acc [R, S]` -> `{"mean", "q10", "q50", "q90"}: [R]` over the slots (NaN ignored)."""
-    acc = np.atleast_2d(np.asarray(acc, np.float64))
-    if acc.size == 0:
-        return {k: [] for k in STATS}
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a round with every slot NaN
-        quant = np.nanpercentile(acc, QUANTILES, axis=1)
-        mean = np.nanmean(acc, axis=1)
-    return {"mean": mean.tolist(), **{f"q{q}": quant[i].tolist() for i, q in enumerate(QUANTILES)}}
 
 
 def recorded_rounds(rounds: int, record_every: int, last: int) -> np.ndarray:

@@ -16,6 +16,7 @@ and it appears as a column of `SweepResult.rows` (and `rows.csv`), as a per-roun
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
@@ -38,6 +39,22 @@ class Rounds(NamedTuple):
     val_accuracy: np.ndarray | None
     is_target: np.ndarray
     records: Mapping[str, np.ndarray]
+
+
+QUANTILES = (10, 50, 90)  # percent: the client-accuracy quantiles kept every round
+STATS = ("mean", *(f"q{q}" for q in QUANTILES))
+
+
+def accuracy_stats(acc: np.ndarray) -> dict[str, list[float]]:
+    """`acc [R, S]` -> `{"mean", "q10", "q50", "q90"}: [R]` over the slots (NaN ignored)."""
+    acc = np.atleast_2d(np.asarray(acc, np.float64))
+    if acc.size == 0:
+        return {k: [] for k in STATS}
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a round with every slot NaN
+        quant = np.nanpercentile(acc, QUANTILES, axis=1)
+        mean = np.nanmean(acc, axis=1)
+    return {"mean": mean.tolist(), **{f"q{q}": quant[i].tolist() for i, q in enumerate(QUANTILES)}}
 
 
 RoundMetric = Callable[[Rounds], np.ndarray]

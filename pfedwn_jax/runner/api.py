@@ -9,11 +9,8 @@ single run splits its slots over the devices (`"slots"`); several runs split the
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
-import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +24,10 @@ from pfedwn_jax.engine.sharding import slot_mesh
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.experiment.divergence import check_policy
 from pfedwn_jax.experiment.setup import Experiment, environment, setup
+from pfedwn_jax.interrupts import interrupt_guard
 from pfedwn_jax.io import check_writable_dir
 from pfedwn_jax.results.table import Table
-from pfedwn_jax.runner.checkpoint import Checkpoint, fingerprint
+from pfedwn_jax.runner.checkpoint import Checkpoint, check_available, fingerprint, job_of
 from pfedwn_jax.runner.execute import Options, execute
 from pfedwn_jax.runner.program import ALL, RUNS, check_mesh
 from pfedwn_jax.runner.writers import CallbackWriter
@@ -53,26 +51,6 @@ def check_records(records: Any) -> Any:
     return tuple(records)
 
 
-@contextlib.contextmanager
-def interrupt_guard() -> Iterator[None]:
-    """A first Ctrl-C interrupts as usual (saves finish, the checkpoint stays intact); a second
-    one exits at once with status 130 instead of interrupting the clean-up."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.getsignal(signal.SIGINT)
-
-    def first(signum: int, frame: Any) -> None:
-        signal.signal(signal.SIGINT, lambda *_: os._exit(130))
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGINT, first)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
 def _open_checkpoint(
     path: str | Path | None, exps: Sequence[Experiment], extra: dict, resume: bool, overwrite: bool
 ) -> contextlib.AbstractContextManager:
@@ -82,7 +60,7 @@ def _open_checkpoint(
         raise ValueError("resume and overwrite exclude each other; give one of them")
     runs = [{"config": e.config.to_dict(), "data": e.data_fingerprint} for e in exps]
     mode = "resume" if resume else "overwrite" if overwrite else "new"
-    return Checkpoint(path, fingerprint(runs, extra), mode)
+    return Checkpoint(path, fingerprint(runs, extra), mode, job_of(runs, extra))
 
 
 def execute_runs(
@@ -145,10 +123,16 @@ def options_of(
     )
 
 
-def check_checkpoint_path(path: str | Path | None) -> None:
-    """A checkpoint directory that cannot be written fails before any work."""
+def check_checkpoint_path(
+    path: str | Path | None, resume: bool = False, overwrite: bool = False
+) -> None:
+    """Before any work: a checkpoint directory that cannot be written, that another process
+    is writing, or (without `resume` or `overwrite`) that holds an interrupted job fails."""
     if path is not None:
         check_writable_dir(path, "checkpoint")
+        if resume and overwrite:
+            raise ValueError("resume and overwrite exclude each other; give one of them")
+        check_available(path, "resume" if resume else "overwrite" if overwrite else "new")
 
 
 def setup_runs(configs: Sequence[ExperimentConfig]) -> tuple[list[Experiment], float]:
@@ -234,7 +218,7 @@ def runs(
         checkpoint_every=checkpoint_every,
         writers=writers_with(writers, callback),
     )
-    check_checkpoint_path(checkpoint)
+    check_checkpoint_path(checkpoint, resume, overwrite)
     exps, setup_s = setup_runs(configs)
     table, meta = execute_runs(
         exps,
@@ -344,7 +328,7 @@ def run_configs(
         max_runs=max_runs,
         writers=writers,
     )
-    check_checkpoint_path(checkpoint)
+    check_checkpoint_path(checkpoint, resume, overwrite)
     exps, setup_s = setup_runs(configs)
     labels = list(labels) if labels is not None else labels_of(configs)
     table, meta = execute_runs(

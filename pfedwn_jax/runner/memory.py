@@ -232,7 +232,7 @@ def sample_bytes(model: Model) -> tuple[int, int]:
     params = jax.eval_shape(model.init, jax.random.PRNGKey(0))
 
     def args_at(b: int) -> tuple:
-        x = jax.ShapeDtypeStruct((b, *model.input_shape), jnp.uint8)
+        x = jax.ShapeDtypeStruct((b, *model.input_shape), jnp.dtype(model.input_dtype))
         return (
             params,
             x,

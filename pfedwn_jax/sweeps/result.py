@@ -4,7 +4,7 @@ One row per run x method x round (columns in `COLUMNS`, plus one per swept key).
 else is computed from the rows on the host with numpy: `summary()` (per grid point and method:
 mean, standard deviation and Student-t 95% interval over seeds of the final, last-`window`-round
 mean and maximum target accuracy), `curves()` (the same per round), CSV/JSON files and plots.
-The t quantile is computed here (`student_t_ppf`), so scipy stays a test-only dependency.
+The t quantile is `scipy.stats.t.ppf` (`student_t_ppf` checks its arguments).
 See `docs/sweeps.md` ("Outputs").
 """
 
@@ -16,6 +16,7 @@ import functools
 import io
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ import numpy as np
 
 from pfedwn_jax._checks import check_choice, check_float, check_int
 from pfedwn_jax.experiment.results import to_jsonable
+from pfedwn_jax.frames import pandas_module
 from pfedwn_jax.io import (
     atomic_write_json,
     atomic_write_text,
@@ -34,6 +36,7 @@ from pfedwn_jax.plotting import pyplot, save_figure
 
 SCHEMA = "pfedwn-sweep/1"
 SUMMARY_SCHEMA = "pfedwn-sweep-summary/1"
+SWEEP_FILE = "sweep.json"  # the file of `save` that `load` reads back
 METRICS = ("target_accuracy", "target_loss", "mean_client_accuracy")
 # column -> kind; swept columns sit between "seed" and "method"
 RUN_COLUMNS = {"run": "int", "seed": "int"}
@@ -42,53 +45,34 @@ ROUND_COLUMNS["diverged"] = "bool"
 COLUMNS = (*RUN_COLUMNS, *ROUND_COLUMNS)
 # per-run statistics of target accuracy: last round, mean of the last `window` rounds, maximum
 STATS = ("final", "last", "max")
+_BAR = ("mean", "ci_low", "ci_high")  # the summary entries an error bar is drawn from
 LEVEL = 0.95  # confidence level of every interval
 _NUMPY_KINDS = {"int": "iu", "float": "fiu", "bool": "b", "str": "U"}
 _SWEPT_KINDS = "biufU"
 
 
 # --------------------------------------------------------------------------- statistics
-def _abs_t_cdf(theta: float, df: int) -> float:
-    """P(|T| <= sqrt(df) tan(theta)) for Student's t with integer `df` (Abramowitz & Stegun
-    26.7.3/26.7.4: a finite series in theta = arctan(t / sqrt(df)), exact up to rounding)."""
-    s, c = math.sin(theta), math.cos(theta)
-    k = np.arange(1, (df - 1) // 2 + (df % 2 == 0))  # series terms after the first
-    if df == 1:  # Cauchy
-        return 2 * theta / math.pi
-    if df % 2:  # odd: (2/pi) (theta + sin cos sum_k prod_j (2j)/(2j+1) cos^2k)
-        coef = np.cumprod(2 * k / (2 * k + 1))
-        return 2 / math.pi * (theta + s * c * (1 + float(np.sum(coef * c ** (2 * k)))))
-    coef = np.cumprod((2 * k - 1) / (2 * k))  # even: sin sum_k prod_j (2j-1)/(2j) cos^2k
-    return s * (1 + float(np.sum(coef * c ** (2 * k))))
+@functools.cache
+def _t_distribution() -> Any:
+    """`scipy.stats.t`; imported on first use (scipy.stats takes about 0.5 s to import)."""
+    from scipy import stats
+
+    return stats.t
 
 
-@functools.lru_cache(maxsize=1024)
 def student_t_ppf(p: float, df: int) -> float:
-    """The `p` quantile of Student's t distribution with integer `df >= 1` degrees of freedom.
-
-    Same as `scipy.stats.t.ppf(p, df)` (to ~1e-12 relative): bisection to machine precision on
-    theta in (0, pi/2) of the closed-form CDF (`_abs_t_cdf`), t = sqrt(df) tan(theta).
-    """
+    """The `p` quantile of Student's t distribution with integer `df >= 1` degrees of freedom
+    (`scipy.stats.t.ppf`, with both arguments checked: a `ValueError` names a bad one)."""
     p = check_float("p", p, 0.0, 1.0, low_inclusive=False, high_inclusive=False)
     df = check_int("df", df, 1)
-    if p < 0.5:
-        return -student_t_ppf(1.0 - p, df)
-    lo, hi = 0.0, math.pi / 2
-    while True:
-        mid = 0.5 * (lo + hi)
-        if mid in (lo, hi):  # interval of adjacent floats: as precise as a float can be
-            return math.sqrt(df) * math.tan(mid)
-        if _abs_t_cdf(mid, df) < 2 * p - 1:
-            lo = mid
-        else:
-            hi = mid
+    return float(_t_distribution().ppf(p, df))
 
 
 def _t_interval(mean: np.ndarray, std: np.ndarray, n: np.ndarray, level: float = LEVEL):
     """(low, high) = mean -+ t_{(1+level)/2, n-1} std / sqrt(n), elementwise; NaN where n < 2."""
     mean, std, n = np.broadcast_arrays(*map(np.asarray, (mean, std, n)))
-    t = np.array([student_t_ppf(0.5 + level / 2, int(k) - 1) if k > 1 else np.nan for k in n.flat])
-    half = t.reshape(n.shape) * std / np.sqrt(np.maximum(n, 1))
+    df = np.where(n > 1, n - 1, np.nan)  # scipy's quantile is NaN for a NaN df
+    half = _t_distribution().ppf(0.5 + level / 2, df) * std / np.sqrt(np.maximum(n, 1))
     return mean - half, mean + half
 
 
@@ -260,6 +244,12 @@ class SweepResult:
         """Methods in order of first appearance."""
         first, _ = _codes([self.rows["method"]], len(self))
         return tuple(self.rows["method"][first].tolist()) if len(self) else ()
+
+    @property
+    def varying(self) -> tuple[str, ...]:
+        """The swept keys that take more than one value in the rows (a grid list of one value
+        is swept but does not vary)."""
+        return tuple(k for k in self.swept if np.unique(self.rows[k]).size > 1)
 
     @property
     def num_runs(self) -> int:
@@ -478,8 +468,14 @@ class SweepResult:
 
     @classmethod
     def from_json(cls, source: str | Path) -> SweepResult:
-        """The `SweepResult` of `to_json` text, or of a file holding it (a path)."""
+        """The `SweepResult` of `to_json` text, or of a file holding it (a path; a directory
+        that `save` wrote is read with `load`)."""
         if not isinstance(source, str) or not source.lstrip().startswith("{"):
+            if Path(source).is_dir():
+                raise ValueError(
+                    f"{str(source)!r} is a directory; SweepResult.load(directory) reads the "
+                    f"{SWEEP_FILE} that save(directory) wrote there"
+                )
             source = Path(source).read_text()
         data = json.loads(source)
         schema = data.get("schema") if isinstance(data, dict) else None
@@ -492,24 +488,41 @@ class SweepResult:
             raise ValueError(f"sweep JSON is malformed: {type(e).__name__}: {e}") from None
         return cls(rows, swept, meta)
 
+    @classmethod
+    def load(cls, directory: str | Path) -> SweepResult:
+        """The `SweepResult` that `save(directory)` wrote (its `sweep.json`; the other files
+        are derived from it). `ValueError` naming the path for a file, a missing directory or a
+        directory without `sweep.json`."""
+        path = Path(directory).expanduser()
+        if path.is_file():
+            raise ValueError(
+                f"SweepResult.load takes the directory save() wrote; {str(path)!r} is a file "
+                "(SweepResult.from_json reads a sweep.json file)"
+            )
+        if not path.is_dir():
+            raise ValueError(f"SweepResult.load: directory {str(path)!r} does not exist")
+        if not (path / SWEEP_FILE).is_file():
+            found = sorted(p.name for p in path.iterdir())[:10]
+            raise ValueError(
+                f"SweepResult.load: {str(path)!r} holds no {SWEEP_FILE} (not a directory "
+                f"SweepResult.save or `pfedwn sweep --out` wrote); found {found}"
+            )
+        return cls.from_json(path / SWEEP_FILE)
+
     def to_pandas(self) -> Any:
-        """The table as a `pandas.DataFrame` (a copy; pandas is optional, not installed by us)."""
-        try:
-            import pandas as pd  # optional: only this method needs it
-        except ImportError:
-            raise ImportError(
-                "SweepResult.to_pandas() needs pandas, which pfedwn-jax does not install "
-                "(pip install pandas); without it use .rows (numpy columns) or .to_csv()"
-            ) from None
+        """The table as a `pandas.DataFrame` (a copy). Needs pandas (the `analysis` extra)."""
+        pd = pandas_module("SweepResult.to_pandas()")
         return pd.DataFrame({k: np.array(v) for k, v in self.rows.items()}, columns=self.columns)
 
     def save(self, out_dir: str | Path, window: int = 5) -> dict[str, Path]:
         """Write `rows.csv`, `sweep.json`, `summary.json` and, with matplotlib, `curves.png`
-        and (2-D grid) `heatmap_METHOD.png` per method into `out_dir`; returns name -> path."""
+        and (2-D grid) `heatmap_METHOD.png` per method into `out_dir`; returns name -> path.
+        With exactly one varying key (`varying`) also `vs_KEY.png` (`plot_vs_key`).
+        `SweepResult.load(out_dir)` reads it back."""
         out = check_writable_dir(out_dir)
         summary = {"schema": SUMMARY_SCHEMA, "window": window, "level": LEVEL}
         summary |= {"swept": list(self.swept), "groups": self.summary(window)}
-        paths = {"rows": out / "rows.csv", "sweep": out / "sweep.json"}
+        paths = {"rows": out / "rows.csv", "sweep": out / SWEEP_FILE}
         self.to_csv(paths["rows"])
         self.to_json(paths["sweep"])
         paths["summary"] = atomic_write_json(out / "summary.json", to_jsonable(summary))
@@ -521,6 +534,10 @@ class SweepResult:
         if pyplot() is None or len(self) == 0:
             return paths
         paths["curves"] = self.plot_curves(out / "curves.png")
+        if len(self.varying) == 1:
+            key = self.varying[0]
+            name = "vs_" + re.sub(r"[^A-Za-z0-9._-]", "_", key)
+            paths[name] = self.plot_vs_key(out / f"{name}.png", window=window)
         if len(self.swept) == 2:
             for m in self.methods:
                 heatmap = out / f"heatmap_{m}.png"
@@ -564,6 +581,47 @@ class SweepResult:
         if self.swept:
             axes.flat[0].legend(fontsize=7)
         fig.suptitle("mean over seeds; band: 95% confidence interval (Student t)", fontsize=9)
+        fig.tight_layout()
+        return save_figure(fig, path)
+
+    def plot_vs_key(self, path: str | Path, stat: str = "final", window: int = 5) -> Path | None:
+        """`stat` target accuracy (%) against the one varying swept key: per method, the mean
+        over seeds with its 95% Student-t interval as error bars (none for one seed). Numbers
+        on a numeric axis (logarithmic when positive and spanning a factor of 20 or more),
+        other values as categories. `ValueError` unless exactly one key varies; None (nothing
+        written) without matplotlib."""
+        if len(self.varying) != 1:
+            raise ValueError(
+                "a plot against a swept key needs exactly one varying key; this sweep varies "
+                f"{list(self.varying)}"
+            )
+        stat = check_choice("stat", stat, STATS)
+        key, summary = self.varying[0], self.summary(window)
+        plt = pyplot()
+        if plt is None:
+            return None
+        values = np.unique(self.rows[key])
+        numeric = values.dtype.kind in "iuf"
+        fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
+        for i, method in enumerate(self.methods):
+            entries = [e for e in summary if e["method"] == method]
+            at = [np.flatnonzero(values == e[key])[0] for e in entries]
+            x = values[at] if numeric else np.asarray(at, float)
+            mean, low, high = (np.array([e[f"{stat}_{k}"] for e in entries]) for k in _BAR)
+            low, high = np.clip(low, 0.0, 1.0), np.clip(high, 0.0, 1.0)  # accuracies
+            err = np.nan_to_num(np.stack([mean - low, high - mean]))  # n = 1: no bar
+            color = _color(plt, i, len(self.methods))
+            style = {"marker": "o", "capsize": 3, "lw": 1.4}
+            ax.errorbar(x, 100 * mean, yerr=100 * err, color=color, label=method, **style)
+        if numeric and values.min() > 0 and values.max() >= 20 * values.min():
+            ax.set_xscale("log")
+        if not numeric:
+            ax.set_xticks(range(values.size), [_shown(v) for v in values.tolist()])
+        what = {"final": "final", "last": f"last-{window}-round mean", "max": "maximum"}[stat]
+        ax.set(xlabel=key, ylabel=f"{what} target accuracy (%)")
+        ax.set_title("mean over seeds; bars: 95% confidence interval (Student t)", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
         fig.tight_layout()
         return save_figure(fig, path)
 
