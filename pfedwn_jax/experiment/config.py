@@ -476,8 +476,6 @@ def _check_links(cfg: ExperimentConfig) -> dict[str, Any]:
 def _check_mobility(cfg: ExperimentConfig) -> dict[str, Any]:
     """Checked mobility fields (model, speed, round duration, re-selection period)."""
     mobility = check_choice("mobility", cfg.mobility, MOBILITY)
-    if mobility != "none" and cfg.mode == "network" and cfg.candidates is not None:
-        raise ValueError("mobility applies to dense networks only; got candidates set")
     return {
         "mobility": mobility,
         "speed": check_float("speed", cfg.speed, 0.0),

@@ -40,8 +40,12 @@ from pfedwn_jax.wireless import (
     GaussianWalk,
     RandomWaypoint,
     error_probability,
+    grid,
     physical_received,
 )
+from pfedwn_jax.wireless._inputs import float_dtype
+from pfedwn_jax.wireless.perr import default_num_nodes
+from pfedwn_jax.wireless.sparse_perr import traced_error_probability
 
 #: Folded into the round key for the link draw, so training keys stay those of `ideal`.
 LINK_SALT = 0x11A5
@@ -64,6 +68,8 @@ class Motion:
       selection: channel-aware selection (False: every node in range). Static.
       moments: moment mode of the P_err formula. Static.
       track_perr: recompute the listed links' P_err every round (bernoulli with P_err). Static.
+      sparse: `SparseMotion` on a network of candidate lists (`candidates`), else None
+        (dense: every slot a candidate and an interferer). Static.
     """
 
     speed: jax.Array
@@ -77,6 +83,22 @@ class Motion:
     selection: bool = flax.struct.field(pytree_node=False)
     moments: str = flax.struct.field(pytree_node=False)
     track_perr: bool = flax.struct.field(pytree_node=False)
+    sparse: Any = flax.struct.field(pytree_node=False, default=None)
+
+
+@dataclasses.dataclass(frozen=True)
+class SparseMotion:
+    """Mobility over candidate lists: each round the `candidates` nearest slots are found
+    again (`wireless.grid.nearest` on `near`), interfered by the slots within `cutoff`
+    metres (`wireless.grid.within` on `far`; None: every slot) plus, with `tail`, the
+    mean-field rest; `num_nodes` quadrature nodes per link (the weakest link of the area)."""
+
+    candidates: int
+    near: grid.Grid
+    far: grid.Grid | None
+    cutoff: float | None
+    tail: bool
+    num_nodes: int
 
 
 @flax.struct.dataclass
@@ -164,6 +186,25 @@ def _motion(fed: Federation, config: ExperimentConfig, width: int) -> Motion | N
         selection=config.selection,
         moments=config.moments,
         track_perr=config.link_model == "bernoulli" and config.link_failure is None,
+        sparse=_sparse_motion(fed, config),
+    )
+
+
+def _sparse_motion(fed: Federation, config: ExperimentConfig) -> SparseMotion | None:
+    """The `SparseMotion` of a network of candidate lists (None otherwise)."""
+    if fed.neighbor_lists is None:
+        return None
+    params, n, k = channel_params(config), fed.num_slots, config.candidates
+    area, cut = float(params.area_m), config.interference_cutoff
+    corners = np.array([[0.0, 0.0], [area, area]])  # the weakest link a move can make
+    dtype = jnp.dtype(float_dtype()).name
+    return SparseMotion(
+        candidates=k,
+        near=grid.make_grid(n, area, grid.knn_radius(n, area, k)),
+        far=None if cut is None else grid.make_grid(n, area, cut),
+        cutoff=cut,
+        tail=cut is not None and config.interference_tail == "mean",
+        num_nodes=default_num_nodes(corners[:1], corners[1:], config.gamma_th, params, dtype),
     )
 
 
@@ -362,6 +403,8 @@ def update_cache(cache: Any, sent: Any, neighbors: jax.Array, received: jax.Arra
 def _moved(ctx: Any, track: LinkTrack) -> tuple[Any, dict]:
     """The context at the track's positions: lists re-selected when due, P_err updated."""
     links, m = ctx.links, ctx.links.motion
+    if m.sparse is not None:
+        return _moved_sparse(ctx, track)
     pos = track.walk.positions.astype(jnp.float32)
     nbr, mask = track.neighbors, track.neighbor_mask
     full = None
@@ -381,6 +424,89 @@ def _moved(ctx: Any, track: LinkTrack) -> tuple[Any, dict]:
     links = links.replace(positions=pos, perr=perr, reselected=changed)
     records = {"positions": pos, "neighbors": nbr, "neighbor_mask": mask, "reselected": changed}
     return ctx.replace(neighbors=nbr, neighbor_mask=mask, links=links), records
+
+
+def _moved_sparse(ctx: Any, track: LinkTrack) -> tuple[Any, dict]:
+    """`_moved` over candidate lists: the `candidates` nearest found again, P_err of them
+    and of the current lists only, O(S K) links (each with its cutoff's interferers)."""
+    links, m = ctx.links, ctx.links.motion
+    pos = track.walk.positions.astype(jnp.float32)
+    nbr, mask = track.neighbors, track.neighbor_mask
+    changed, perr = jnp.zeros((), bool), links.perr
+    if m.reselect_every > 0 or m.track_perr:
+        cand, cmask, cperr, lperr = _sparse_perr(pos, nbr, mask, links)
+        if m.reselect_every > 0:
+            due = (track.rounds_done > 0) & (track.rounds_done % m.reselect_every == 0)
+            new = reselect_sparse(cand, cmask, cperr, nbr.shape[1], m.eps, m.selection, m.width)
+            nbr, mask = jnp.where(due, new[0], nbr), jnp.where(due, new[1], mask)
+            lperr = jnp.where(due, new[2], lperr)
+            changed = due & ((nbr != track.neighbors) | (mask != track.neighbor_mask)).any()
+        if m.track_perr:
+            perr = jnp.where(mask, lperr, 0.0).at[:, 0].set(0.0)
+    links = links.replace(positions=pos, perr=perr, reselected=changed)
+    records = {"positions": pos, "neighbors": nbr, "neighbor_mask": mask, "reselected": changed}
+    return ctx.replace(neighbors=nbr, neighbor_mask=mask, links=links), records
+
+
+def _sparse_perr(
+    pos: jax.Array, nbr: jax.Array, mask: jax.Array, links: Links
+) -> tuple[jax.Array, ...]:
+    """At positions `pos [S, 2]`: the candidates `(idx, mask) [S, C]` among the active
+    slots, their P_err `[S, C]` and the current lists' `[S, K]` (column 0: 0), one call."""
+    sp, m = links.motion.sparse, links.motion
+    cand, cmask, _ = grid.nearest(pos, sp.candidates, sp.near, valid=links.active)
+    far = None
+    if sp.far is not None:
+        far = grid.within(pos, sp.cutoff, sp.far, valid=links.active)[:2]
+    idx = jnp.concatenate([cand, nbr[:, 1:]], axis=1)
+    both = jnp.concatenate([cmask, mask[:, 1:]], axis=1)
+    p = traced_error_probability(
+        pos,
+        idx,
+        both,
+        links.gamma_th,
+        links.params,
+        moments=m.moments,
+        num_nodes=sp.num_nodes,
+        interferers=far,
+        cutoff=sp.cutoff,
+        tail=sp.tail,
+    )
+    c = cand.shape[1]
+    lperr = jnp.concatenate([jnp.zeros_like(p[:, :1]), p[:, c:]], axis=1)
+    return cand, cmask, p[:, :c], lperr
+
+
+def reselect_sparse(
+    cand: jax.Array,
+    cmask: jax.Array,
+    cperr: jax.Array,
+    k: int,
+    eps: jax.Array,
+    selection: bool,
+    width: jax.Array | None = None,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """`reselect` over candidate lists: row i keeps the (at most `width`, default K - 1)
+    candidates `cand [S, C]` (`cmask`) with `P_err < eps` (all without `selection`), the
+    lowest P_err first (ties: the lower slot index, as `reselect`). Returns the lists and
+    mask `[S, K]` and each listed link's P_err `[S, K]` (column 0 and padding 0)."""
+    s, c = cand.shape
+    by_index = jnp.argsort(cand, axis=1, stable=True)
+    cand, cmask, cperr = (jnp.take_along_axis(a, by_index, 1) for a in (cand, cmask, cperr))
+    ok = cmask & ((cperr < eps) if selection else True)
+    chosen = jax.vmap(_lowest, (0, 0, None))(ok, cperr, k - 1 if width is None else width)
+    last = jnp.iinfo(jnp.int32).max  # the unchosen after the chosen, these by index
+    at = jnp.argsort(jnp.where(chosen, cand, last), axis=1, stable=True)[:, : k - 1]
+    if at.shape[1] < k - 1:  # fewer candidates than list columns
+        at = jnp.pad(at, ((0, 0), (0, k - 1 - at.shape[1])), constant_values=0)
+        chosen = jnp.pad(chosen, ((0, 0), (0, k - 1 - c)))
+    real = jnp.take_along_axis(chosen, at, 1)
+    own = jnp.arange(s, dtype=jnp.int32)[:, None]
+    picked = jnp.where(real, jnp.take_along_axis(cand, at, 1), own)
+    nbr = jnp.concatenate([own, picked], axis=1).astype(jnp.int32)
+    link = jnp.where(real, jnp.take_along_axis(cperr, at, 1), 0.0)
+    perr = jnp.concatenate([jnp.zeros((s, 1), cperr.dtype), link], axis=1)
+    return nbr, jnp.concatenate([jnp.ones((s, 1), bool), real], axis=1), perr
 
 
 def mobility_summary(methods: dict[str, dict[str, Any]]) -> dict[str, list]:

@@ -339,3 +339,37 @@ def sparse_error_probability(
         num_nodes=num_nodes,
         chunk=chunk,
     )
+
+
+def traced_error_probability(
+    xy: Any,
+    idx: Any,
+    mask: Any,
+    gamma_th: Any,
+    params: ChannelParams,
+    *,
+    moments: str,
+    num_nodes: int,
+    interferers: tuple[Any, Any] | None = None,
+    cutoff: float | None = None,
+    tail: bool = False,
+) -> jax.Array:
+    """`sparse_error_probability` inside a compiled program (traced positions): P_err
+    `[N, K]` of the links `idx [N, K] -> i` (masked: 1.0), interfered by `interferers`
+    (`(idx, mask) [N, I]`, e.g. `grid.within(xy, cutoff, ...)`; None: every other node)
+    plus, with `tail`, the mean-field nodes beyond `cutoff` over the positions' bounding box.
+    No checks (the caller's shapes are static), `num_nodes` given."""
+    n, k = idx.shape
+    width = n if interferers is None else interferers[0].shape[1]
+    chunk = max(1, min(n, _CHUNK_ELEMENTS // (k * width)))
+    m1, var1 = moment_coefficients(params, moments=moments)
+    sums = None
+    if tail:
+        lo, hi = xy.min(axis=0), xy.max(axis=0)
+        side = jnp.maximum(jnp.max(hi - lo), jnp.finfo(xy.dtype).tiny)
+        box = jnp.stack([lo, lo + side])
+        rho = jnp.full((n,), cutoff, xy.dtype)
+        sums = _far_field_impl(xy, rho, box, (n - 1) / (side * side), params)
+    gamma = jnp.broadcast_to(jnp.asarray(gamma_th, xy.dtype), (n,))
+    consts = (params, m1, var1)
+    return _sparse_impl(xy, idx, mask, interferers, gamma, sums, consts, num_nodes, chunk)
