@@ -138,7 +138,13 @@ def xla_bytes(exp, method: str) -> int:
     return int(ma.argument_size_in_bytes + ma.temp_size_in_bytes + out)
 
 
-def one_case(nodes: int, model: str, method: str, rounds: int, plan_only: bool, xla: bool):
+#: `--mobile`: nodes walk (random waypoint, 5 m/s, 10 s a round), lists re-selected every round
+MOBILE = dict(mobility="waypoint", speed=5.0, round_seconds=10.0, reselect_every=1)
+
+
+def one_case(
+    nodes: int, model: str, method: str, rounds: int, plan_only: bool, xla: bool, mobile=False
+):
     """Set up and run one network-mode experiment in this process; its measurements."""
     import jax
 
@@ -149,12 +155,13 @@ def one_case(nodes: int, model: str, method: str, rounds: int, plan_only: bool, 
 
     jax.config.update("jax_num_cpu_devices", 1)
     load = os.getloadavg()[0]
-    config = config_of(nodes, model, method, rounds)
+    config = config_of(nodes, model, method, rounds, **(MOBILE if mobile else {}))
     data_clients = min(nodes, MAX_DATA_CLIENTS)
     t0 = time.perf_counter()
     exp = experiment(config, data_clients)
     setup_s = time.perf_counter() - t0
     est = memory.estimate(exp.ctx, exp.test, method, config.hparams_for(method))
+    gpu = memory.estimate(exp.ctx, exp.test, method, config.hparams_for(method), chunk=256)
     avail = memory.available_bytes()
     counts = np.asarray(exp.data.train.count)[np.asarray(exp.federation.data_client)]
     out = {
@@ -164,10 +171,14 @@ def one_case(nodes: int, model: str, method: str, rounds: int, plan_only: bool, 
         "data_clients": data_clients,
         "train_samples_per_node": [int(counts.min()), float(counts.mean()), int(counts.max())],
         "list_width": int(exp.ctx.neighbors.shape[1]),
+        "mobile": mobile,
         "load_avg_1m": load,
         "setup_s": setup_s,
         "plan_bytes": est.total(1),
         "plan": est.describe(),
+        # an accelerator's plan: 256 slots trained at once (`strategy.ACCELERATOR_CHUNK`)
+        "gpu_plan_bytes": gpu.total(1),
+        "gpu_fits_80gb": gpu.total(1) <= 0.8 * 80e9,
         "available_bytes": avail,
     }
     if plan_only or est.total(1) > 0.8 * avail:
@@ -262,6 +273,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--timeout", type=int, default=3600)
     ap.add_argument("--xla", action="store_true", help="also XLA's memory_analysis")
+    ap.add_argument("--mobile", action="store_true", help="moving nodes (`MOBILE`)")
     ap.add_argument("--one", nargs=3, metavar=("N", "MODEL", "METHOD"), help=argparse.SUPPRESS)
     ap.add_argument("--plan-only", action="store_true", help="memory plan only, no rounds")
     ap.add_argument("--plot-from", type=Path, nargs="+", help="redraw from these raw JSONs")
@@ -273,7 +285,7 @@ def main() -> None:
         return
     if args.one:
         n, model, method = int(args.one[0]), args.one[1], args.one[2]
-        row = one_case(n, model, method, args.rounds, args.plan_only, args.xla)
+        row = one_case(n, model, method, args.rounds, args.plan_only, args.xla, args.mobile)
         print(json.dumps(row))
         return
     rows = []
@@ -297,7 +309,7 @@ def main() -> None:
 def _subprocess(n: int, model: str, method: str, args: argparse.Namespace) -> dict:
     """One case in a fresh process (its own peak memory); a failure becomes a stopped row."""
     cmd = [sys.executable, __file__, "--one", str(n), model, method, "--rounds", str(args.rounds)]
-    cmd += ["--plan-only"] * args.plan_only + ["--xla"] * args.xla
+    cmd += ["--plan-only"] * args.plan_only + ["--xla"] * args.xla + ["--mobile"] * args.mobile
     head = {"nodes": n, "model": model, "method": method}
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
