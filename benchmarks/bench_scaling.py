@@ -52,6 +52,8 @@ DENSITY = 11 / 2500  # the demo's 11 nodes on 50 m x 50 m
 DATA_DIR = Path(os.environ.get("PFEDWN_DATA_DIR", HERE.parent.parent / "shared" / "data"))
 #: Most data clients a partition of MNIST gets (min_samples=5); more nodes share them.
 MAX_DATA_CLIENTS = 10_000
+#: The dataset file in DATA_DIR (`--data`).
+DATA_FILE = os.environ.get("PFEDWN_BENCH_DATA", "mnist.npz")
 
 
 class RssSampler:
@@ -99,7 +101,7 @@ def config_of(nodes: int, model: str, method: str, rounds: int, **extra):
         alpha=0.5,
         batch_size=32,
         min_samples=5 if data_clients == nodes else 1,
-        dataset="npz:" + str(DATA_DIR / "mnist.npz"),
+        dataset="npz:" + str(DATA_DIR / DATA_FILE),
         **extra,
     )
 
@@ -161,7 +163,8 @@ def one_case(
     exp = experiment(config, data_clients)
     setup_s = time.perf_counter() - t0
     est = memory.estimate(exp.ctx, exp.test, method, config.hparams_for(method))
-    gpu = memory.estimate(exp.ctx, exp.test, method, config.hparams_for(method), chunk=256)
+    hp = config.hparams_for(method)
+    gpu = memory.estimate(exp.ctx, exp.test, method, hp, chunk=256, backend="gpu")
     avail = memory.available_bytes()
     counts = np.asarray(exp.data.train.count)[np.asarray(exp.federation.data_client)]
     out = {
@@ -169,6 +172,7 @@ def one_case(
         "model": model,
         "method": method,
         "data_clients": data_clients,
+        "dataset": DATA_FILE,
         "train_samples_per_node": [int(counts.min()), float(counts.mean()), int(counts.max())],
         "list_width": int(exp.ctx.neighbors.shape[1]),
         "mobile": mobile,
@@ -274,10 +278,13 @@ def main() -> None:
     ap.add_argument("--timeout", type=int, default=3600)
     ap.add_argument("--xla", action="store_true", help="also XLA's memory_analysis")
     ap.add_argument("--mobile", action="store_true", help="moving nodes (`MOBILE`)")
+    ap.add_argument("--data", help="dataset file in DATA_DIR (default mnist.npz)")
     ap.add_argument("--one", nargs=3, metavar=("N", "MODEL", "METHOD"), help=argparse.SUPPRESS)
     ap.add_argument("--plan-only", action="store_true", help="memory plan only, no rounds")
     ap.add_argument("--plot-from", type=Path, nargs="+", help="redraw from these raw JSONs")
     args = ap.parse_args()
+    if args.data:  # the subprocesses read it from the environment
+        os.environ["PFEDWN_BENCH_DATA"] = globals()["DATA_FILE"] = args.data
     if args.plot_from:
         rows = [r for f in args.plot_from for r in json.loads(f.read_text())["rows"]]
         out = args.plot_from[-1].with_suffix(".png")

@@ -101,7 +101,7 @@ def test_masked_slots_are_one_and_chunking_changes_nothing(monkeypatch):
     whole = np.asarray(sparse_error_probability(xy, idx, mask, 10.0, P))
     assert np.all(whole[~mask] == 1.0) and np.all(whole[mask] < 0.14)
     # 3 receivers per map step: 80 = 26 x 3 + 2, so the last step is padded
-    monkeypatch.setattr(sparse_mod, "_CHUNK_ELEMENTS", 3 * idx.shape[1] * 80)
+    monkeypatch.setattr(sparse_mod, "CHUNK_ELEMENTS", 3 * idx.shape[1] * 80)
     chunked = np.asarray(sparse_error_probability(xy, idx, mask, 10.0, P))
     np.testing.assert_allclose(chunked, whole, rtol=0, atol=1e-7)  # other fusion: rounding only
 

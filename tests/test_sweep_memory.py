@@ -84,9 +84,17 @@ def _xla(exp, name: str) -> tuple[int, int]:
 def test_estimate_within_factor_of_xla(exp, name):
     est = estimate(exp.ctx, exp.test, name, exp.config.hparams_for(name))
     total, temp = _xla(exp, name)
-    assert LOW <= est.total(1) / total <= HIGH, (est.describe(), total)
+    buffers = est.total(1) - est.runtime  # XLA's buffers (the runtime's heap is beside them)
+    assert LOW <= buffers / total <= HIGH, (est.describe(), total)
     ours = est.algorithm + est.activations  # the round's temporaries (and the small own state)
     assert LOW <= ours / temp <= HIGH, (est.describe(), temp)
+
+
+def test_runtime_counted_once_per_program_on_a_cpu_only(exp):
+    cpu = estimate(exp.ctx, exp.test, "fedavg", backend="cpu")
+    gpu = estimate(exp.ctx, exp.test, "fedavg", backend="gpu")
+    assert cpu.runtime == memory.RUNTIME_BYTES["cpu"] > 0 and gpu.runtime == 0
+    assert cpu.total(3) - gpu.total(3) == cpu.runtime and "runtime" in cpu.describe()
 
 
 def test_training_chunk_against_xla(exp):

@@ -49,7 +49,13 @@ from pfedwn_jax.engine import ClientState, per_sample_ce, resolve_strategy, weig
 from pfedwn_jax.engine.evaluate import eval_chunk
 from pfedwn_jax.engine.tree import BLOCK_ELEMENTS, block_size
 from pfedwn_jax.models import Model
+from pfedwn_jax.wireless.sparse_perr import CHUNK_ELEMENTS as PERR_CHUNK_ELEMENTS
 
+#: What a backend holds beside a program's buffers, per platform. XLA:CPU: the resident
+#: memory a one-round run adds beyond XLA's `memory_analysis` (compiler, thread pools, the
+#: runtime's heap), measured 95-220 MiB for logreg and MLP programs of 10 and 100 nodes; an
+#: accelerator compiles in host memory, so its device budget does not hold this.
+RUNTIME_BYTES = {"cpu": 96 * 2**20}
 # bytes per minibatch entry of the schedule `slot_batches` draws: int32 index + bool mask
 _SCHEDULE_BYTES = 5
 # Per-FedAvg's meta-gradient: gradients per step (first-order 2, Hessian-free 3)
@@ -69,6 +75,8 @@ class MemoryEstimate:
       data: the run's own data (0 when the runs of a program share it: see `shared`).
       activations: the round phases' other temporaries (training / evaluation chunks).
       shared: bytes held once per program whatever the number of runs (shared data).
+      runtime: bytes the backend needs beside the program's buffers, once per program
+        (`RUNTIME_BYTES`: on a CPU the compiler's and runtime's own heap share the budget).
       slots: `S`, model slots of the run.
       chunk: slots trained at once.
       phase: the round phase with the largest temporaries (copies and activations).
@@ -81,6 +89,7 @@ class MemoryEstimate:
     data: int
     activations: int
     shared: int
+    runtime: int = 0
     slots: int = 0
     chunk: int = 1
     phase: str = ""
@@ -92,8 +101,8 @@ class MemoryEstimate:
         return self.params + self.optimizer + self.algorithm + self.data + self.activations
 
     def total(self, runs: int = 1) -> int:
-        """Bytes of a program holding `runs` runs: `shared + runs * per_run`."""
-        return self.shared + check_int("runs", runs, 0) * self.per_run
+        """Bytes of a program holding `runs` runs: `shared + runtime + runs * per_run`."""
+        return self.shared + self.runtime + check_int("runs", runs, 0) * self.per_run
 
     def largest(self) -> str:
         """The name of the largest per-run part (`"params"`, ..., `"activations"`)."""
@@ -108,6 +117,8 @@ class MemoryEstimate:
             lines.append(f"  {name:<12}{format_bytes(getattr(self, name)):>11}  {what}")
         lines.append(f"  {'per run':<12}{format_bytes(self.per_run):>11}")
         lines.append(f"  {'shared':<12}{format_bytes(self.shared):>11}  once per program")
+        if self.runtime:
+            lines.append(f"  {'runtime':<12}{format_bytes(self.runtime):>11}  the backend's own")
         if self.phase:
             lines.append(f"  largest temporaries in: {self.phase}")
         return "\n".join(lines)
@@ -386,6 +397,21 @@ def _pfedwn(sz: _Sizes, hp: Any) -> list[_Phase]:
     return [*phases, em]
 
 
+def _motion(ctx: RoundContext) -> list[_Phase]:
+    """Mobility over candidate lists (`links.SparseMotion`): the grid queries' gathered cells
+    (index, mask, distance, offsets: about 17 bytes an entry) and one chunk of the P_err map
+    (16 bytes an element, `wireless.sparse_perr`). Dense mobility is not counted."""
+    links = getattr(ctx, "links", None)
+    sparse = getattr(getattr(links, "motion", None), "sparse", None)
+    if sparse is None:
+        return []
+    cells = lambda g, rings: (2 * min(rings, g.cells - 1) + 1) ** 2 * g.capacity
+    entries = cells(sparse.near, 2)
+    if sparse.far is not None:
+        entries += cells(sparse.far, math.ceil(sparse.cutoff / sparse.far.side - 1e-9))
+    return [_Phase("mobility", 0, 17 * ctx.num_slots * entries + 16 * PERR_CHUNK_ELEMENTS)]
+
+
 _PHASES: dict[str, Callable[[_Sizes, Any], list[_Phase]]] = {
     "local": _local,
     "fedprox": _fedprox,
@@ -450,6 +476,7 @@ def estimate(
     *,
     chunk: int | None = None,
     shared_data: bool = True,
+    backend: str | None = None,
 ) -> MemoryEstimate:
     """Device bytes of one run of `alg` (one compiled round of the runner), without allocating.
 
@@ -463,6 +490,8 @@ def estimate(
         with "auto": 1 on a CPU, 256 elsewhere, at most S).
       shared_data: the runs of a program share the data (same partition): count it in
         `shared`; False (e.g. one data seed per run): in every run's `data`.
+      backend: the platform the run is for ("cpu", "gpu", ...; None: JAX's default), which
+        sets `runtime` (`RUNTIME_BYTES`).
 
     Returns:
       The `MemoryEstimate`; its `phase` names the round phase with the largest temporaries.
@@ -483,7 +512,7 @@ def estimate(
     else:  # an algorithm keeping its models some other way: S models with optimizer state
         params, optimizer = sz.slots * sz.param, sz.slots * sz.opt
     own_state = max(0, tree_bytes(state) - params - optimizer)
-    phases = _PHASES.get(alg.name, _baseline)(sz, hp)
+    phases = _PHASES.get(alg.name, _baseline)(sz, hp) + _motion(ctx)
     # copies: those of the phase holding the most; activations: every phase's, since XLA
     # does not always reuse one loop's buffers in the next (measured on the CPU)
     peak = max(phases, key=lambda ph: ph.copies + ph.activations)
@@ -495,6 +524,7 @@ def estimate(
         data=0 if shared_data else data,
         activations=sum(ph.activations for ph in phases),
         shared=data if shared_data else 0,
+        runtime=RUNTIME_BYTES.get(backend or jax.default_backend(), 0),
         slots=sz.slots,
         chunk=_chunk_of(chunk, sz.slots),
         phase=peak.name,

@@ -44,7 +44,7 @@ from pfedwn_jax.wireless.perr import (
 
 CUTOFF_MODES = ("all", "radius", "nearest")
 # [chunk, K, I] floats per step of the map over receivers
-_CHUNK_ELEMENTS = 1 << 21
+CHUNK_ELEMENTS = 1 << 21
 TAIL_MODES = ("none", "mean")
 _TAIL_ANGLES = 256  # midpoint rule over the direction in `far_field_sums`
 
@@ -316,7 +316,7 @@ def sparse_error_probability(
         num_nodes = _node_count(xy, idx_a, mask_a, gamma, params)
     num_nodes = check_int("num_nodes", num_nodes, 2, 4096)
     width = n if intf is None else intf[0].shape[1]
-    chunk = max(1, min(n, _CHUNK_ELEMENTS // (idx_a.shape[1] * width)))
+    chunk = max(1, min(n, CHUNK_ELEMENTS // (idx_a.shape[1] * width)))
     check_device_bytes(
         sparse_bytes(
             n, idx_a.shape[1], 0 if intf is None else width, chunk * idx_a.shape[1] * width
@@ -361,7 +361,7 @@ def traced_error_probability(
     No checks (the caller's shapes are static), `num_nodes` given."""
     n, k = idx.shape
     width = n if interferers is None else interferers[0].shape[1]
-    chunk = max(1, min(n, _CHUNK_ELEMENTS // (k * width)))
+    chunk = max(1, min(n, CHUNK_ELEMENTS // (k * width)))
     m1, var1 = moment_coefficients(params, moments=moments)
     sums = None
     if tail:
