@@ -227,7 +227,8 @@ def fit(rows: list[dict], key: str, lo: int = 1000) -> float | None:
 
 
 def exponents(rows: list[dict]) -> dict[str, dict[str, float | None]]:
-    """`"model/method" -> {"round_s": slope, "rss_peak": slope}` (N >= 1,000)."""
+    """`"model/method" -> {"round_s": slope, "rss_peak": slope}` (N >= 1,000, still nodes)."""
+    rows = [r for r in rows if not r.get("mobile")]
     pairs = dict.fromkeys((r["model"], r["method"]) for r in rows)
     out = {}
     for m, a in pairs:
@@ -240,6 +241,8 @@ def plot(rows: list[dict], path: Path) -> Path | None:
     """Log-log plot of seconds per round against nodes, one line per (model, method), with
     a dotted linear reference through each line's 1,000-node point; None without matplotlib."""
     from pfedwn_jax.plotting import pyplot, save_figure
+
+    rows = [r for r in rows if not r.get("mobile")]
 
     plt = pyplot()
     if plt is None:
