@@ -12,8 +12,10 @@ column per case/dataset (also written to `DIR/table.txt`, with `DIR/cases.json` 
 runs).
 
 Checkpoints: `DIR/checkpoint/` holds the job's progress (every `--checkpoint-every` rounds)
-until the results are written. A directory that holds an interrupted job's checkpoint is
-refused unless `--resume` (continue it) or `--overwrite` (discard it).
+until the results are written. `--save-models` keeps every slot's final models in
+`DIR/models/` (all cases of the job; `pfedwn_jax.load_models`), `--log-to tensorboard,csv`
+logs every round to `DIR/logs/` (or `--log-dir`). A directory that holds an interrupted
+job's checkpoint is refused unless `--resume` (continue it) or `--overwrite` (discard it).
 
 `--out DIR` is checked before any work (it must be, or be creatable as, a writable directory).
 A rerun into the same directory removes the files of `OUTPUTS` a previous run wrote there that
@@ -39,7 +41,13 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pfedwn_jax.cli.common import out_path, refuse_eps_flag
+from pfedwn_jax.cli.common import (
+    add_output_flags,
+    models_dir,
+    out_path,
+    refuse_eps_flag,
+    writers_from_args,
+)
 from pfedwn_jax.distributed import is_writer
 from pfedwn_jax.experiment import (
     ExperimentConfig,
@@ -108,6 +116,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "either way the exit status is 3 when a method diverged"
         ),
     )
+    add_output_flags(p)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--no-plot", action="store_true", help="skip the learning-curve PNG")
     p.set_defaults(func=main)
@@ -354,6 +363,7 @@ def _run_all(
     if every == 0 and args.resume:
         raise ValueError("--resume needs a checkpoint: --checkpoint-every must be >= 1; got 0")
     checkpoint = out / CHECKPOINT if every else None
+    writers = writers_from_args(args, out)
     try:
         results = runs(
             configs,
@@ -363,6 +373,8 @@ def _run_all(
             overwrite=args.overwrite,
             checkpoint_every=max(every, 1),
             on_divergence="continue" if args.keep_going_on_divergence else "stop",
+            writers=writers,
+            save_models=models_dir(args, out),
         )
     except KeyboardInterrupt:
         if checkpoint is not None and checkpoint.exists():
