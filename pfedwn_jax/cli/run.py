@@ -42,6 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from pfedwn_jax.cli.common import (
+    LOGS,
+    MODELS,
     add_output_flags,
     models_dir,
     out_path,
@@ -424,6 +426,7 @@ def main(args: argparse.Namespace) -> int:
         print(format_table(results[0]))
         total = results[0].timings["total_s"]
         print(f"total {total:.1f} s; wrote " + ", ".join(map(str, written)))
+        _say_kept(args, out)
         return _status(results)
     num_datasets = len(_split(getattr(args, "dataset", None)))
     several_cases = len(configs) > num_datasets
@@ -440,7 +443,16 @@ def main(args: argparse.Namespace) -> int:
     print(text, end="")
     total = results[-1].timings["total_s"]
     print(f"total {total:.1f} s; wrote {out / TABLE}, {out / CASES} and one directory per case")
+    _say_kept(args, out)
     return _status(results)
+
+
+def _say_kept(args: argparse.Namespace, out: Path) -> None:
+    """Where `--save-models` and `--log-to` wrote (nothing without them)."""
+    if getattr(args, "save_models", False):
+        print(f"models: {out / MODELS} (pfedwn_jax.load_models)")
+    if getattr(args, "log_to", None):
+        print(f"logs ({args.log_to}): {args.log_dir or out / LOGS}")
 
 
 def _remove_checkpoint(checkpoint: Path | None) -> None:
