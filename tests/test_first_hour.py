@@ -42,6 +42,7 @@ def test_first_hour_runs_as_written(first_hour, tmp_path, capsys):
     assert all(0.0 <= a <= 1.0 for a in accuracy.values())
     text = capsys.readouterr().out
     assert "uniform_mix  target accuracy" in text and "link_mlp on inputs (8,)" in text
+    assert not (tmp_path / "checkpoint").exists()  # removed by pfedwn run; the models stay
     series = scalar_series(tmp_path / "logs" / "tensorboard" / "seed=0" / "uniform_mix")
     assert [step for step, _ in series["target_accuracy"]] == [1, 2, 3]
     assert series["target_accuracy"][-1][1] == pytest.approx(accuracy["uniform_mix"], abs=1e-6)

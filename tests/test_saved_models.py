@@ -12,7 +12,6 @@ import pytest
 from helpers import TINY_RUN
 
 import pfedwn_jax
-from pfedwn_jax.cli import main
 from pfedwn_jax.experiment import ExperimentConfig
 from pfedwn_jax.runner import saved_models
 
@@ -101,19 +100,6 @@ def test_a_resumed_job_keeps_the_models_saved_before_the_interruption(tmp_path):
         )
     pfedwn_jax.run(cfg.replace(algorithms=("local",)), progress=False, save_models=path)
     assert sorted(p.name for p in path.iterdir()) == ["models.json", "p0_m0"]  # a new job
-
-
-def test_cli_save_models_survive_the_checkpoint_removal(tmp_path):
-    out = tmp_path / "out"
-    argv = ["run", "--model", "logreg", "--num-neighbors", "3", "--rounds", "2", "--eps", "0.12"]
-    argv += ["--gamma-th", "1", "--algorithms", "local", "--quiet", "--no-plot"]
-    assert main([*argv, "--out", str(out), "--save-models"]) == 0
-    assert not (out / "checkpoint").exists()
-    result = pfedwn_jax.Result.load(out / "results.json")
-    models = pfedwn_jax.load_models(out / "models")
-    np.testing.assert_allclose(
-        models.evaluate("local")["accuracy"], final_accuracy(result, "local"), atol=1e-6
-    )
 
 
 def test_bad_paths_methods_and_runs_are_named(saved, tmp_path):

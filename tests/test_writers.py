@@ -162,37 +162,6 @@ def fake_wandb():
     return module
 
 
-def test_a_sweep_logs_one_wandb_run_per_grid_point_and_seed(monkeypatch):
-    wandb = fake_wandb()
-    monkeypatch.setitem(sys.modules, "wandb", wandb)
-    cfg = CFG.replace(rounds=2)
-    table = pfedwn_jax.sweep(
-        cfg, seeds=[0, 1], grid={"lr": [0.05, 0.1]}, progress=False, records=("pi",),
-        writers=[WandbWriter("proj", group="g")],
-    )  # fmt: skip
-    assert len(wandb.runs) == 4
-    names = sorted(r.kwargs["name"] for r in wandb.runs)
-    assert names == ["seed=0,lr=0.05", "seed=0,lr=0.1", "seed=1,lr=0.05", "seed=1,lr=0.1"]
-    for run in wandb.runs:
-        config = run.kwargs["config"]
-        assert config["lr"] == config["labels"]["lr"] and config["seed"] == config["labels"]["seed"]
-        assert run.kwargs["mode"] == "offline" and run.kwargs["reinit"] == "create_new"
-        assert ("pfedwn/*", "pfedwn/round") in run.defined and run.finished
-        rounds = [row["pfedwn/round"] for row in run.logged if "pfedwn/round" in row]
-        assert rounds == [1, 2]
-        assert any(k.startswith("pfedwn/pi/client_") for k in run.logged[-1])
-        assert run.logged[-1]["pfedwn/pi"][0] == "histogram"
-    rows = table.rows
-    for run in wandb.runs:
-        labels = run.kwargs["config"]["labels"]
-        pick = (np.asarray(rows["seed"]) == labels["seed"]) & (
-            np.asarray(rows["lr"]) == labels["lr"]
-        )
-        want = np.asarray(rows["target_accuracy"])[pick]
-        got = [row["pfedwn/target_accuracy"] for row in run.logged]
-        np.testing.assert_allclose(got, want)
-
-
 def test_real_wandb_offline_writes_a_run(tmp_path, monkeypatch):
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -237,23 +206,44 @@ def test_a_resumed_run_logs_every_round_once(tmp_path):
     assert sorted(steps) == [1, 2, 3, 4, 5]
 
 
-def test_cli_logs_to_tensorboard_and_csv(tmp_path, capsys):
-    pytest.importorskip("tensorboardX")
-    out = tmp_path / "out"
-    argv = ["run", "--model", "logreg", "--num-neighbors", "3", "--rounds", "2", "--eps", "0.12"]
-    argv += ["--gamma-th", "1", "--algorithms", "local", "--quiet", "--no-plot"]
-    assert main([*argv, "--out", str(out), "--log-to", "tensorboard,csv"]) == 0
-    assert sorted(p.name for p in (out / "logs").iterdir()) == ["metrics.csv", "tensorboard"]
-    series = scalar_series(out / "logs" / "tensorboard" / "seed=0" / "local")
-    result = pfedwn_jax.Result.load(out / "results.json")
-    assert [s for s, _ in series["target_accuracy"]] == [1, 2]
-    np.testing.assert_allclose(
-        [v for _, v in series["target_accuracy"]], result.methods["local"]["target_accuracy"]
-    )
+def test_cli_sweep_logs_one_wandb_run_per_grid_point_and_seed(tmp_path, monkeypatch, capsys):
+    """`pfedwn sweep --log-to wandb,csv --save-models`: a W&B run (here a stand-in module)
+    per grid point and seed with its config, pi kept for the writers, a CSV, the models."""
+    wandb = fake_wandb()
+    monkeypatch.setitem(sys.modules, "wandb", wandb)
+    out = tmp_path / "sweep"
+    argv = ["sweep", "--model", "logreg", "--num-neighbors", "3", "--rounds", "2", "--eps", "0.12"]
+    argv += ["--gamma-th", "1", "--algorithms", "pfedwn", "--seeds", "0-1", "--no-progress"]
+    argv += ["--grid", "lr=0.05,0.1", "--out", str(out)]
+    assert main([*argv, "--log-to", "wandb,csv", "--save-models"]) == 0
+    assert len(wandb.runs) == 4
+    names = sorted(r.kwargs["name"] for r in wandb.runs)
+    assert names == ["seed=0,lr=0.05", "seed=0,lr=0.1", "seed=1,lr=0.05", "seed=1,lr=0.1"]
+    rows = pfedwn_jax.SweepResult.load(out).rows
+    for run in wandb.runs:
+        config, labels = run.kwargs["config"], run.kwargs["config"]["labels"]
+        assert config["lr"] == labels["lr"] and config["seed"] == labels["seed"]
+        assert run.kwargs["mode"] == "offline" and run.kwargs["reinit"] == "create_new"
+        assert ("pfedwn/*", "pfedwn/round") in run.defined and run.finished
+        assert [row["pfedwn/round"] for row in run.logged] == [1, 2]
+        assert any(k.startswith("pfedwn/pi/client_") for k in run.logged[-1])
+        assert run.logged[-1]["pfedwn/pi"][0] == "histogram"
+        pick = (np.asarray(rows["seed"]) == labels["seed"]) & (
+            np.asarray(rows["lr"]) == labels["lr"]
+        )
+        want = np.asarray(rows["target_accuracy"])[pick]
+        np.testing.assert_allclose([row["pfedwn/target_accuracy"] for row in run.logged], want)
+    with (out / "logs" / "metrics.csv").open() as f:
+        logged = {(r["seed"], r["lr"], r["round"]) for r in csv.DictReader(f)}
+    assert logged == {(s, lr, r) for s in "01" for lr in ("0.05", "0.1") for r in "12"}
+    models = pfedwn_jax.load_models(out / "models")
+    assert [models.labels(i) for i in range(4)] == [
+        {"seed": s, "lr": lr} for lr in (0.05, 0.1) for s in (0, 1)
+    ]
     for bad, what in (
         (["--log-to", "tb"], "unknown writer 'tb'"),
         (["--log-dir", "x"], "--log-to"),
     ):
         capsys.readouterr()
-        assert main([*argv, "--out", str(tmp_path / "b"), *bad]) == 2
+        assert main([*argv[:-1], str(tmp_path / "b"), *bad]) == 2
         assert what in capsys.readouterr().err

@@ -113,6 +113,8 @@ class Job:
             if options.save_models is not None
             else None
         )
+        if self.saver is not None and saved:
+            self.saver.check_resumed(self.finished)
 
     # ------------------------------------------------------------------ the run
     def run(self) -> None:

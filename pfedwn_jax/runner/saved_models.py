@@ -25,6 +25,7 @@ and `evaluate(method, run)`.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 from collections.abc import Sequence
@@ -38,6 +39,7 @@ from pfedwn_jax import state_store
 from pfedwn_jax.distributed import is_writer
 from pfedwn_jax.io import atomic_write_json, check_writable_dir
 
+log = logging.getLogger("pfedwn_jax")
 FORMAT = "pfedwn-models/1"
 INDEX = "models.json"
 _FILES = re.compile(r"^p\d+_m\d+$")
@@ -94,6 +96,19 @@ class ModelSaver:
                 _clear(self.dir)
             else:
                 self.index["saved"] = _saved_pairs(self.dir)
+
+    def check_resumed(self, finished: Sequence[Sequence[Any]]) -> None:
+        """Warn, naming them, about (program, method) pairs a resumed job finished before
+        the interruption whose models were not saved then (the job ran without
+        `save_models`): they stay missing."""
+        missing = [list(p) for p in finished if list(p) not in self.index["saved"]]
+        if missing:
+            log.warning(
+                "save_models %s: %s finished before the interruption without saving models; "
+                "their models are not kept (rerun without resume to keep every method's)",
+                self.dir,
+                ", ".join(f"{m} (program {g})" for g, m in missing),
+            )
 
     def save(self, program: int, method: str, params: Any) -> None:
         """The final models `[R, S, ...]` of `method` for program `program` (every process

@@ -150,7 +150,8 @@ class CSVWriter:
     `pi/client_<c>`) share one file; `pandas.read_csv(path).pivot_table(...)` widens it.
 
     The columns come from the first event. The file is replaced on the first event unless
-    `append` (a resumed job adds its rounds)."""
+    `append` (a resumed job adds its rounds); the same writer given to a later job adds to
+    it."""
 
     def __init__(self, path: str | Path, *, append: bool = False) -> None:
         self.path, self.append = Path(path), bool(append)
@@ -176,6 +177,7 @@ class CSVWriter:
             self._writer = csv.DictWriter(self._file, fields, extrasaction="ignore")
             if not old:
                 self._writer.writeheader()
+            self.append = True  # the same writer in a later job adds to its file
         self._writer.writerow(row)
 
     def close(self) -> None:
