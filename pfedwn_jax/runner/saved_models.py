@@ -84,7 +84,7 @@ class ModelSaver:
     ) -> None:
         self.dir = check_writable_dir(directory, "save_models")
         where = {run: (gi, r) for gi, ids in enumerate(programs) for r, run in enumerate(ids)}
-        self.index = {
+        self.index: dict[str, Any] = {
             "format": FORMAT,
             "methods": list(methods),
             "runs": [_run_entry(e, labels[i], *where[i]) for i, e in enumerate(exps)],

@@ -335,7 +335,7 @@ def make_writers(
 ) -> list[Writer]:
     """The writers named in `kinds` (`KINDS`), writing under `logdir`: `tensorboard/`,
     `metrics.csv` (`append`: a resumed job adds to it) and `wandb/`."""
-    logdir, out = Path(logdir), []
+    logdir, out = Path(logdir), list[Writer]()
     for kind in parse_kinds(kinds):
         if kind == "tensorboard":
             out.append(TensorBoardWriter(logdir / "tensorboard"))
