@@ -42,6 +42,7 @@ _LAZY = {
     "sweep": ("pfedwn_jax.sweeps", "sweep"),
     "SweepResult": ("pfedwn_jax.sweeps", "SweepResult"),
     "use_cpu_devices": ("pfedwn_jax.devices", "use_cpu_devices"),
+    "use_compilation_cache": ("pfedwn_jax.devices", "use_compilation_cache"),
     "register_model": ("pfedwn_jax.models", "register_model"),
     "register_algorithm": ("pfedwn_jax.algorithms", "register"),
     "register_dataset": ("pfedwn_jax.data", "register_dataset"),
@@ -79,6 +80,7 @@ __all__ = [
     "register_model",
     "run",
     "sweep",
+    "use_compilation_cache",
     "use_cpu_devices",
 ]
 

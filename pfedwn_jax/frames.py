@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from pfedwn_jax.results.metrics import metric_names
+
 INSTALL = "pip install 'pfedwn-jax[analysis]'"
 # per-round columns of `result_columns`, after "method" and "round"
 RESULT_COLUMNS = (
@@ -39,7 +41,7 @@ def result_columns(result: Any) -> dict[str, np.ndarray]:
     """A `Result` as tidy columns, one row per method x round: "method", "round" (from 1),
     the target accuracy and loss, the mean and 10/50/90 % quantiles of client accuracy over
     the slots, then one column per record holding one number per round (e.g.
-    `target_val_acc`, `link_failure_rate`; NaN for a method without it)."""
+    `link_failure_rate`; NaN for a method without it), then the other registered metrics."""
     parts = [_method_columns(result, name) for name in result.methods]
     if not parts:
         return {"method": np.array([], dtype=str), "round": np.array([], dtype=np.int64)}
@@ -63,6 +65,9 @@ def _method_columns(result: Any, name: str) -> dict[str, np.ndarray]:
         "mean_client_accuracy": stats["mean"],
     }
     columns |= {f"client_accuracy_{q}": stats[q] for q in ("q10", "q50", "q90")}
+    for key in metric_names():  # other registered per-round metrics (validation accuracy, ...)
+        if key not in columns and key in entry and np.ndim(entry[key]) == 1:
+            columns[key] = np.asarray(entry[key], dtype=float)
     for key in entry.get("records", {}):
         values = result.records(name, key)
         if values.ndim == 1 and values.shape[0] == rounds:

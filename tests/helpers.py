@@ -170,6 +170,29 @@ def mock_tfds(num_examples: int) -> Iterator[None]:
         mocking._getitems = real
 
 
+def table_entry(
+    hp: Any,
+    accuracy: np.ndarray,
+    loss: np.ndarray,
+    is_target: np.ndarray,
+    records: Mapping[str, np.ndarray] | None = None,
+    seconds: float = 0.1,
+) -> dict:
+    """A single run's method entry built as the driver builds it (one table block):
+    `accuracy`, `loss` `[R, S]`, `is_target` `[S]`, `records` `key -> [R, ...]`."""
+    from pfedwn_jax.results.entries import method_entry
+    from pfedwn_jax.results.table import RunInfo, Table
+
+    accuracy, loss = np.asarray(accuracy, np.float32), np.asarray(loss, np.float32)
+    slots = accuracy.shape[1]
+    table = Table([RunInfo(np.asarray(is_target, bool), np.arange(slots))], [{}], ["m"])
+    block = {"accuracy": accuracy, "loss": loss, "finite": np.isfinite(loss)}
+    block["records"] = dict(records or {})
+    table.add_block(0, "m", 0, block, seconds * accuracy.shape[0])
+    rounds = accuracy.shape[0]
+    return method_entry(table.track(0, "m"), hp, 1, rounds)
+
+
 def read_events(directory: Path) -> list:
     """Every `Event` of the event files under `directory`: the TFRecord framing (length,
     its CRC, the record, its CRC) around tensorboardX's `Event` protobuf."""

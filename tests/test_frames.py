@@ -7,22 +7,20 @@ import sys
 import numpy as np
 import pandas as pd  # the test extra installs pandas: these tests are never skipped
 import pytest
+from helpers import table_entry
 
 from pfedwn_jax.experiment import ExperimentConfig, Result
-from pfedwn_jax.experiment.results import append_round, finish_entry, new_entry, round_row
 from pfedwn_jax.frames import RESULT_COLUMNS, result_columns
 
 
 def _entry(config: ExperimentConfig, name: str, rounds: int, records) -> dict:
-    """A method entry filled through the runner's entry functions from known rows."""
-    entry = new_entry(config.hparams_for(name), 1, rounds)
-    for r in range(1, rounds + 1):
-        acc = np.array([0.1 * r, 0.2, 0.3, 0.4])
-        loss = np.full(4, 1.0 / r)
-        row = round_row(r, acc, loss, records(r), np.array([True, False, False, False]), 0.1)
-        append_round(entry, row)
-    finish_entry(entry)
-    return entry
+    """A method entry built through the driver's table from known rows."""
+    r = np.arange(1, rounds + 1)
+    acc = np.stack([np.array([0.1 * i, 0.2, 0.3, 0.4]) for i in r])
+    loss = np.repeat((1.0 / r)[:, None], 4, axis=1)
+    recs = [records(i) for i in r]
+    stacked = {k: np.stack([np.asarray(x[k]) for x in recs]) for k in recs[0]}
+    return table_entry(config.hparams_for(name), acc, loss, [True, False, False, False], stacked)
 
 
 def fake_result() -> Result:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import table_entry
 
 from pfedwn_jax.experiment import ExperimentConfig, Result, plot_learning_curves
-from pfedwn_jax.experiment.results import append_round, finish_entry, new_entry, round_row
 
 pytest.importorskip("matplotlib")
 
@@ -15,11 +15,9 @@ def fake_result(mode: str, rounds: int = 4, slots: int = 20) -> Result:
     """A `Result` of `fedavg` over random per-client accuracies (every slot a target)."""
     config = ExperimentConfig(rounds=rounds, algorithms=("fedavg",), mode=mode, num_neighbors=5)
     rng = np.random.default_rng(0)
-    entry = new_entry(config.hparams_for("fedavg"), 1, rounds)
-    for r in range(1, rounds + 1):
-        acc = rng.uniform(0.1 * r, 0.2 * r, slots)
-        append_round(entry, round_row(r, acc, 1 - acc, {}, np.ones(slots, bool), 0.1))
-    finish_entry(entry)
+    r = np.arange(1, rounds + 1)[:, None]
+    acc = rng.uniform(0.1 * r, 0.2 * r, (rounds, slots))
+    entry = table_entry(config.hparams_for("fedavg"), acc, 1 - acc, np.ones(slots, bool))
     network = {"mode": mode, "num_slots": slots, "target": 0, "selected_neighbors": []}
     network["slot_neighbor_mask"] = np.ones((slots, 3), bool).tolist()
     data = {"name": "mnist_embedded"}

@@ -1,4 +1,4 @@
-"""Per-round link realisations: which transmitted models arrive (issue 10).
+"""Per-round link realisations: which transmitted models arrive.
 
 Pure, jittable functions a compiled training round calls for all links of all targets at
 once; the runner combines them as `received = neighbor_mask & sample(key, ...)`:

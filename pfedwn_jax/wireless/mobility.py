@@ -1,4 +1,4 @@
-"""Node mobility between rounds inside the square deployment area [0, area]^2 (issue 10).
+"""Node mobility between rounds inside the square deployment area [0, area]^2.
 
 Two models as `flax.struct.dataclass` states (pytrees: jittable, vmappable over runs):
 
