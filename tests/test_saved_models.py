@@ -12,6 +12,7 @@ import pytest
 from helpers import TINY_RUN
 
 import pfedwn_jax
+from pfedwn_jax import state_store
 from pfedwn_jax.experiment import ExperimentConfig
 from pfedwn_jax.runner import saved_models
 
@@ -128,3 +129,6 @@ def test_index_names_the_model_and_layout(saved):
         "name": "logreg", "num_classes": 10, "input_shape": [28, 28, 1], "input_dtype": "uint8"
     }  # fmt: skip
     assert (run["program"], run["index"]) == (0, 0) and len(run["data"]) == 64
+    with state_store._manager(path / "p0_m1", create=False) as manager:  # perfedavg's models
+        saved = jax.tree.leaves(state_store._tree(manager.item_metadata(0)[state_store.STATE]))
+    assert all("'slots'" in str(leaf.sharding) for leaf in saved)  # split like the state
