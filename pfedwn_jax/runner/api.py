@@ -398,10 +398,9 @@ def sweep(
     read back with `SweepResult.record`; `checkpoint`/`resume`/`overwrite` as in `run()`;
     `mesh` a `Mesh(("runs", "slots"))` (default: every device on the run axis); `max_runs`
     caps the runs of one program; `on_divergence="stop"` drops a diverged run's rounds after
-    its diverged round (the others go on), `"continue"` keeps them; `writers` get every run
-    (one TensorBoard directory or W&B run per grid point and seed, with its labels and
-    config) as in `run()`; `save_models` keeps every run's final models (`load_models`, run
-    `i` is the table's `run` i). See docs/sweeps.md.
+    its diverged round (the others go on), `"continue"` keeps them; `writers` and
+    `save_models` as in `run()` (one TensorBoard directory or W&B run per grid point and
+    seed; `load_models` run i is the table's run i). See docs/sweeps.md.
     """
     from pfedwn_jax.sweeps.grid import expand, run_config
     from pfedwn_jax.sweeps.result import SweepResult
@@ -425,13 +424,8 @@ def sweep(
         checkpoint_every=checkpoint_every,
         save_models=save_models,
     )
-    meta.update(
-        config=config.to_dict(),
-        seeds=sorted({s.seed for s in specs}),
-        grid={k: list(v) for k, v in (grid or {}).items()},
-        zip=zip,
-        block=block,
-    )
+    meta.update(config=config.to_dict(), seeds=sorted({s.seed for s in specs}))
+    meta.update(grid={k: list(v) for k, v in (grid or {}).items()}, zip=zip, block=block)
     return SweepResult(columns, tuple(grid or {}), meta, kept)
 
 
