@@ -49,12 +49,13 @@ class Recorder:
 
 @pytest.fixture(scope="module")
 def logged(tmp_path_factory):
-    """One run of pFedWN with a TensorBoard, a CSV and a recording writer."""
+    """One run of pFedWN, with a validation split, to a TensorBoard, a CSV and a recording
+    writer."""
     pytest.importorskip("tensorboardX")
     where = tmp_path_factory.mktemp("logs")
     rec = Recorder()
     writers = [TensorBoardWriter(where / "tb"), CSVWriter(where / "m.csv"), rec]
-    result = pfedwn_jax.run(CFG, progress=False, writers=writers)
+    result = pfedwn_jax.run(CFG.replace(val_fraction=0.2), progress=False, writers=writers)
     return result, where, rec
 
 
@@ -64,7 +65,12 @@ def test_tensorboard_event_files_hold_every_round_of_every_metric(logged):
     for method in ("pfedwn",):
         series = scalar_series(where / "tb" / "seed=0" / method)
         entry = result.methods[method]
-        for tag in ("target_accuracy", "mean_client_accuracy", "target_loss"):
+        for tag in (
+            "target_accuracy",
+            "mean_client_accuracy",
+            "target_loss",
+            "target_val_accuracy",
+        ):
             steps, values = zip(*series[tag], strict=True)
             assert steps == (1, 2, 3), (method, tag)
             np.testing.assert_allclose(values, entry[tag], rtol=1e-6)
