@@ -23,6 +23,7 @@ from pfedwn_jax.runner.writers import (
     histograms,
     make_writers,
     parse_kinds,
+    run_name,
     scalars,
 )
 
@@ -253,3 +254,18 @@ def test_cli_sweep_logs_one_wandb_run_per_grid_point_and_seed(tmp_path, monkeypa
         capsys.readouterr()
         assert main([*argv[:-1], str(tmp_path / "b"), *bad]) == 2
         assert what in capsys.readouterr().err
+
+
+def test_the_runs_of_one_job_get_their_own_names():
+    """`runs` (the CLI's cases) label each run by the config values that differ, so the
+    writers give every case its own TensorBoard directory and W&B run."""
+    from pfedwn_jax.runner.api import case_labels
+
+    cases = [CFG.replace(gamma_th=g) for g in (1.0, 2.0)]
+    assert [run_name(lbl) for lbl in case_labels(cases)] == [
+        "seed=0,gamma_th=1.0",
+        "seed=0,gamma_th=2.0",
+    ]
+    twins = [CFG, CFG.replace(hparams={"pfedwn": {"a": 0.3}})]  # differ only in a table
+    assert case_labels(twins) == [{"seed": 0, "run": 0}, {"seed": 0, "run": 1}]
+    assert case_labels([CFG]) == [{"seed": 0}]

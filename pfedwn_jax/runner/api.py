@@ -161,6 +161,27 @@ def labels_of(configs: Sequence[ExperimentConfig]) -> list[dict[str, Any]]:
     return [{"seed": c.seed} for c in configs]
 
 
+def case_labels(configs: Sequence[ExperimentConfig]) -> list[dict[str, Any]]:
+    """Each run's labels for `runs`: its seed and the top-level config values that differ
+    between the runs (the CLI's cases: `dataset`, `gamma_th`, `target`), so that every run
+    has its own name in the metric writers (its TensorBoard directory, its W&B run); `run`
+    (the index) is added where two runs would still share one."""
+    dicts = [c.to_dict() for c in configs]
+    keys = [
+        k
+        for k, v in dicts[0].items()
+        if k != "seed"
+        and not isinstance(v, dict | list)
+        and len({repr(d.get(k)) for d in dicts}) > 1
+    ]
+    labels = [
+        {"seed": c.seed, **{k: d[k] for k in keys}} for c, d in zip(configs, dicts, strict=True)
+    ]
+    if len({repr(lbl) for lbl in labels}) < len(labels):
+        labels = [{**lbl, "run": i} for i, lbl in enumerate(labels)]
+    return labels
+
+
 def writers_with(writers: Sequence[Any], callback: Any) -> tuple:
     return (*writers, CallbackWriter(callback)) if callback is not None else tuple(writers)
 
@@ -233,7 +254,7 @@ def runs(
     exps, setup_s = setup_runs(configs)
     table, meta = execute_runs(
         exps,
-        labels_of(configs),
+        case_labels(configs),
         mesh=mesh_for(exps, mesh, shards),
         options=options,
         checkpoint=checkpoint,
