@@ -285,3 +285,17 @@ def restore(directory: str | Path, template: Any, step: int | None = None) -> tu
             items[STATE] = ocp.args.StandardRestore(abstract)
         out = manager.restore(step, args=ocp.args.Composite(**items))
     return (out[STATE] if template is not None else None), out[META]
+
+
+def saved_tree(directory: str | Path, step: int | None = None) -> Any:
+    """The tree saved as `step` (default: the latest) in `directory` as
+    `jax.ShapeDtypeStruct`s, read from orbax's metadata (no array is loaded): a `restore`
+    template for a reader that does not know the saved shapes. `ValueError` when there is no
+    such step or it holds no state."""
+    directory = _check_directory(directory)
+    step = latest(directory) if step is None else check_int("step", step, 0)
+    if step is None or not (directory / str(step) / STATE).is_dir():
+        raise ValueError(f"no saved state in {directory} (step {step})")
+    with _manager(directory, create=False) as manager:
+        tree = _tree(manager.item_metadata(step)[STATE])
+    return jax.tree.map(lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype), tree)

@@ -306,6 +306,11 @@ class Checkpoint:
             self._job_written = True
         self._writer.save(self.step, state, {**meta, "fingerprint": self.fp, "format": FORMAT})
 
+    def wait(self) -> None:
+        """Return when every step committed so far is complete on disk."""
+        if self._writer is not None:
+            self._writer.wait()
+
     def remove(self) -> None:
         """Delete the checkpoint's files (in the writer process), keeping the directory."""
         if not is_writer():
