@@ -317,24 +317,10 @@ def run(
     Returns:
       The `Result` (see `docs/experiments.md`).
     """
+    options = {k: v for k, v in locals().items() if k != "config"}  # every keyword, as given
     if not isinstance(config, ExperimentConfig):
         raise ValueError(f"config must be an ExperimentConfig; got {type(config).__name__}")
-    return runs(
-        [config],
-        progress=progress,
-        checkpoint=checkpoint,
-        resume=resume,
-        overwrite=overwrite,
-        callback=callback,
-        shards=shards,
-        checkpoint_every=checkpoint_every,
-        on_divergence=on_divergence,
-        block=block,
-        records=records,
-        writers=writers,
-        mesh=mesh,
-        save_models=save_models,
-    )[0]
+    return runs([config], **options)[0]
 
 
 # --------------------------------------------------------------------------- sweeps
