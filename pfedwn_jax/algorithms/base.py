@@ -119,15 +119,15 @@ def dense_adjacency(neighbors: Any, neighbor_mask: Any, num_slots: int) -> jax.A
     return out.at[rows, cols].set(True, mode="drop")
 
 
-@flax.struct.dataclass
-class RoundContext:
+class RoundContext(flax.struct.PyTreeNode):
     """Everything fixed for one experiment that a round needs (built once by the runner).
 
-    A pytree (``flax.struct.dataclass``): the array fields are its leaves, the static fields
-    (``model``, ``optimizer``, ``batch_size``, ``local_epochs``, ``num_steps``, ``shards``) ride
-    in the tree definition, so a context can be passed as an argument to ``jax.jit``-compiled
-    functions; a compiled round is reused for any context with equal static fields (they must
-    be hashable) and equal array shapes. Change a field with ``ctx.replace(shards=...)``.
+    A pytree (a ``flax.struct.PyTreeNode`` dataclass): the array fields are its leaves, the
+    static fields (``model``, ``optimizer``, ``batch_size``, ``local_epochs``, ``num_steps``,
+    ``shards``) ride in the tree definition, so a context can be passed as an argument to
+    ``jax.jit``-compiled functions; a compiled round is reused for any context with equal
+    static fields (they must be hashable) and equal array shapes. Change a field with
+    ``ctx.replace(shards=...)``.
 
     Attributes:
       model: the engine's ``Model`` (name, init, apply). Static.

@@ -49,8 +49,7 @@ LINK_SALT = 0x11A5
 MOTION_SALT = 0x30B1
 
 
-@flax.struct.dataclass
-class Motion:
+class Motion(flax.struct.PyTreeNode):
     """What moving the nodes and re-selecting their neighbors needs (`mobility` set).
 
     Attributes:
@@ -79,8 +78,7 @@ class Motion:
     track_perr: bool = flax.struct.field(pytree_node=False)
 
 
-@flax.struct.dataclass
-class Links:
+class Links(flax.struct.PyTreeNode):
     """What a draw of every slot's incoming links needs (the links themselves are the
     context's neighbor lists).
 

@@ -30,8 +30,7 @@ from pfedwn_jax.experiment.links import begin_round, end_round, init_track, need
 METRICS = ("accuracy", "loss", "finite", "val_accuracy")
 
 
-@flax.struct.dataclass
-class RunState:
+class RunState(flax.struct.PyTreeNode):
     """Everything of one run and method that lives across rounds.
 
     Attributes:
