@@ -188,7 +188,11 @@ def local_runs(mesh: Mesh, runs: int) -> slice:
     part it builds for `shard_runs(..., local=True)` (all runs on one process)."""
     runs = check_int("runs", runs, 1)
     index_map = run_sharding(mesh).addressable_devices_indices_map((runs,))
-    rows = sorted(set().union(*(range(*idx[0].indices(runs)) for idx in index_map.values())))
+    held: set[int] = set()
+    for idx in index_map.values():
+        assert idx is not None  # an index per device of a sharded (not a fully replicated) array
+        held.update(range(*idx[0].indices(runs)))
+    rows = sorted(held)
     if rows != list(range(rows[0], rows[-1] + 1)):
         raise ValueError(f"this process's runs of {runs} are not one contiguous block: {rows}")
     start, stop = rows[0], rows[-1] + 1

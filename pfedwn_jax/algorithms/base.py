@@ -163,11 +163,12 @@ class RoundContext(flax.struct.PyTreeNode):
     model: Any = flax.struct.field(pytree_node=False)
     optimizer: Any = flax.struct.field(pytree_node=False)
     train: ClientData
-    data_client: jax.Array
-    neighbors: jax.Array
-    neighbor_mask: jax.Array
-    is_target: jax.Array
-    num_samples: jax.Array
+    # host (NumPy) arrays as `experiment.setup` builds them, device arrays once placed
+    data_client: jax.Array | np.ndarray
+    neighbors: jax.Array | np.ndarray
+    neighbor_mask: jax.Array | np.ndarray
+    is_target: jax.Array | np.ndarray
+    num_samples: jax.Array | np.ndarray
     batch_size: int = flax.struct.field(pytree_node=False)
     local_epochs: int = flax.struct.field(pytree_node=False, default=1)
     num_steps: int | None = flax.struct.field(pytree_node=False, default=None)
@@ -263,7 +264,7 @@ def make_hparams(alg: Algorithm, overrides: Mapping[str, Any] | None = None) -> 
     return alg.hparams(**overrides)
 
 
-def hparams(cls: type) -> type:
+def hparams(cls: type[Any]) -> type[Any]:
     """Class decorator of an algorithm's hyperparameters: a frozen dataclass and a pytree.
 
     Every field is a leaf of the compiled program (one program serves every value, a sweep

@@ -210,7 +210,7 @@ def neighbor_models(params: Any, ctx: RoundContext) -> tuple[Any, jax.Array]:
     """
     links = getattr(ctx, "links", None)
     if links is None or getattr(links, "cache", None) is None:
-        return params, ctx.neighbors
+        return params, jnp.asarray(ctx.neighbors)  # inside a round: already a jax array
     return append_slots(params, links.cache), links.source
 
 

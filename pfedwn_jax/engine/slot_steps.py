@@ -127,8 +127,10 @@ def hoisted_step(
     batch = (slots.idx.shape[-1],)
     x, y = spec(batch + x_all.shape[2:], x_all.dtype), spec(batch, y_all.dtype)
     w, valid = spec(batch, jnp.float32), spec(batch, jnp.bool_)
-    args = (one(slots.params), one(slots.opt_state), x, y, w, valid)
-    args += (one(slots.aux), one(slots.slot_key))
+    params, opt_state, aux, slot_key = map(
+        one, (slots.params, slots.opt_state, slots.aux, slots.slot_key)
+    )
+    args = (params, opt_state, x, y, w, valid, aux, slot_key)
     closed, shape = jax.make_jaxpr(functools.partial(_update, fns), return_shape=True)(*args)
     out_tree, jaxpr = jax.tree.structure(shape), closed.jaxpr
 
@@ -152,6 +154,7 @@ def _slot_step(
     slot_key: jax.Array,
     consts_s: tuple,
     t: jax.Array,
+    *,
     masked: bool = True,
 ) -> tuple[Any, Any, jax.Array, jax.Array]:
     """One optimizer step of one slot at step `t` on minibatch `idx_t [B]`, `valid_t [B]`.
@@ -196,8 +199,8 @@ def _group_step(
     group runs. One slot: unbatched and unmasked, as every step `_train_group` runs for it is
     non-empty.
     """
-    args = (params, opt_state, group.data_client, idx_t, valid_t)
-    args += (group.sample_weight, group.aux, group.slot_key, group.consts, t)
+    dc, sw = group.data_client, group.sample_weight
+    args = (params, opt_state, dc, idx_t, valid_t, sw, group.aux, group.slot_key, group.consts, t)
     if group.data_client.shape[0] > 1:
         return jax.vmap(functools.partial(_slot_step, step, shared))(*args)
     one = jax.tree.map(lambda a: a[0], args)

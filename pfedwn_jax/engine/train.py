@@ -339,7 +339,9 @@ def _consts_per_slot(
 ) -> tuple[Shared, Slots, Any]:
     """Move the step's mapped shared values (`[w, ...]`, e.g. each run's learning rate) into
     the slots as `[w, S, ...]`: after folding, each slot reads its own run's value."""
-    common, own, own_b = [], [], []
+    common: list[Any] = []
+    own: list[Any] = []
+    own_b: list[Any] = []
     for c, c_b, o, o_b in zip(
         shared.consts, shared_b.consts, slots.consts, slots_b.consts, strict=True
     ):

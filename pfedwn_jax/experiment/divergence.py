@@ -36,6 +36,7 @@ def slot_finite(params: Any, losses: list[jax.Array]) -> jax.Array:
     for loss in losses:
         loss_ok = jnp.isfinite(loss) & (jnp.abs(loss) <= LOSS_BOUND)
         ok = loss_ok if ok is None else ok & loss_ok
+    assert ok is not None, "slot_finite needs a parameter leaf or a loss"
     return ok
 
 

@@ -191,7 +191,7 @@ def federation_of(config: ExperimentConfig) -> Federation:
 
 @functools.lru_cache(maxsize=32)
 def _federation(key: tuple) -> Federation:
-    fields = {f: dict(v) if f == "channel" else v for f, v in key}
+    fields: dict[str, Any] = {f: dict(v) if f == "channel" else v for f, v in key}
     return build_federation(ExperimentConfig(**fields))
 
 
@@ -199,8 +199,8 @@ def round_keys(seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(init key, root of the per-round keys) as `[2]` uint32 key data, equal for every
     method."""
     root = jax.random.key(seed)
-    keys = jax.random.fold_in(root, 0), jax.random.fold_in(root, 1)
-    return tuple(np.asarray(jax.random.key_data(k)) for k in keys)
+    init, rounds = jax.random.fold_in(root, 0), jax.random.fold_in(root, 1)
+    return np.asarray(jax.random.key_data(init)), np.asarray(jax.random.key_data(rounds))
 
 
 def setup(config: ExperimentConfig) -> Experiment:
