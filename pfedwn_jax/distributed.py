@@ -167,7 +167,7 @@ def run_sharding(mesh: Mesh, shard_slots: bool = False) -> NamedSharding:
 
 def _check_divisible(tree: Any, mesh: Mesh, shard_slots: bool, runs: int | None) -> None:
     """`ValueError` naming the leaf whose sharded axes do not split evenly over the mesh."""
-    for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
+    for path, leaf in jax.tree.leaves_with_path(tree):
         shape = tuple(np.shape(leaf))
         name = jax.tree_util.keystr(path) or "the array"
         if len(shape) < 1 + shard_slots:

@@ -254,9 +254,7 @@ def train_then_average(
 
 def sq_norm_diff(params: Any, anchor: Any) -> jax.Array:
     """``||params - anchor||^2`` summed over every leaf of one client's pytree."""
-    leaves = jax.tree_util.tree_leaves(
-        jax.tree_util.tree_map(lambda p, a: jnp.sum(jnp.square(p - a)), params, anchor)
-    )
+    leaves = jax.tree.leaves(jax.tree.map(lambda p, a: jnp.sum(jnp.square(p - a)), params, anchor))
     return sum(leaves, jnp.zeros((), jnp.float32))
 
 

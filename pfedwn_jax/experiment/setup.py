@@ -198,6 +198,8 @@ def _federation(key: tuple) -> Federation:
 def round_keys(seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(init key, root of the per-round keys) as `[2]` uint32 key data, equal for every
     method."""
+    # raw key data, not typed keys: host arrays like the rest of an `Experiment`, stacked over
+    # a group's runs and placed with them; the programs wrap them back (`wrap_key_data`)
     root = jax.random.key(seed)
     init, rounds = jax.random.fold_in(root, 0), jax.random.fold_in(root, 1)
     return np.asarray(jax.random.key_data(init)), np.asarray(jax.random.key_data(rounds))

@@ -172,7 +172,7 @@ def stack_runs(trees: Sequence[Any], *, pad_ragged: bool = True) -> tuple[Any, A
     largest client) are zero-padded at the end of each axis into the stacked array; else
     such leaves are an error. Leaves come back as host arrays (NumPy), not yet placed.
     """
-    flat = [jax.tree_util.tree_flatten(t) for t in trees]
+    flat = [jax.tree.flatten(t) for t in trees]
     treedef: Any = flat[0][1]  # a PyTreeDef: jaxlib ships no type stub of it
     for _, other in flat[1:]:
         if other != treedef:

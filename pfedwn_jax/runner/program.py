@@ -174,7 +174,7 @@ class AxesKey:
 
     def __init__(self, *axes: Any) -> None:
         self.axes = axes
-        flat = [jax.tree_util.tree_flatten(a, is_leaf=_is_none) for a in axes]
+        flat = [jax.tree.flatten(a, is_leaf=_is_none) for a in axes]
         self._key = tuple((tuple(leaves), treedef) for leaves, treedef in flat)
 
     def __hash__(self) -> int:
