@@ -13,6 +13,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import flax.struct
 import jax
 import jax.numpy as jnp
 import optax
@@ -38,7 +39,7 @@ class StepFns(NamedTuple):
     grad_fn: GradFn | None
 
 
-class Shared(NamedTuple):
+class Shared(flax.struct.PyTreeNode):
     """Inputs every slot reads (replicated on every shard)."""
 
     x: jax.Array  # [clients, M, H, W, C] uint8 train images
@@ -46,7 +47,7 @@ class Shared(NamedTuple):
     consts: tuple  # values the step closes over (learning rate, ...), None where per slot
 
 
-class Slots(NamedTuple):
+class Slots(flax.struct.PyTreeNode):
     """Per-slot inputs of the step loop; every leaf has the same leading slot axis (S or C)."""
 
     params: Any  # leaves [S, ...]
@@ -279,8 +280,8 @@ def train_groups(
 
     def body(g: jax.Array, carry: SlotsOut) -> SlotsOut:
         ids = order[g]  # [C]
-        group = take(slots._replace(params=carry[0], opt_state=carry[1]), ids)
-        group = group._replace(valid=group.valid & (ids < num_slots)[:, None, None])
+        group = take(slots.replace(params=carry[0], opt_state=carry[1]), ids)
+        group = group.replace(valid=group.valid & (ids < num_slots)[:, None, None])
         return put(carry, train_group(step, shared, group), ids)
 
     init = (

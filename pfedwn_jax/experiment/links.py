@@ -25,7 +25,7 @@ around the algorithm's round; everything is arrays inside the compiled step.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple
+from typing import Any
 
 import flax.struct
 import jax
@@ -219,7 +219,7 @@ def _link_uniforms(key: jax.Array, s: int, k: int) -> jax.Array:
 
 
 # --------------------------------------------------------------------------- state across rounds
-class LinkTrack(NamedTuple):
+class LinkTrack(flax.struct.PyTreeNode):
     """Per-link state the runner keeps across rounds (`stale` and/or `mobility`).
 
     Attributes:
@@ -265,7 +265,7 @@ def init_track(key: jax.Array, ctx: Any, params: Any) -> LinkTrack:
     return jax.tree.map(lambda a: jnp.array(a, copy=True), track)  # the round donates it
 
 
-class Drawn(NamedTuple):
+class Drawn(flax.struct.PyTreeNode):
     """A round's lists and outcome: `received`, `neighbors`, `neighbor_mask` `[S, K]` (the
     lists before the draw restricted the mask)."""
 
@@ -320,14 +320,14 @@ def end_round(
             cache = update_cache(cache, sent, drawn.neighbors, got)
             seen = seen | got
         age = jnp.where(got, 0, jnp.minimum(age, np.iinfo(np.int32).max - 1) + 1)
-        track = track._replace(cache=cache, seen=seen, age=age.astype(jnp.int32))
+        track = track.replace(cache=cache, seen=seen, age=age.astype(jnp.int32))
         records["link_age"] = track.age
     if links.motion is not None:
         m = links.motion
         walk = track.walk.step(jax.random.fold_in(key, MOTION_SALT), m.dt)
         lists = {"neighbors": drawn.neighbors, "neighbor_mask": drawn.neighbor_mask}
-        track = track._replace(walk=walk, **lists)
-    return track._replace(rounds_done=track.rounds_done + 1), records
+        track = track.replace(walk=walk, **lists)
+    return track.replace(rounds_done=track.rounds_done + 1), records
 
 
 def _kept(values: jax.Array, drawn: Drawn, track: LinkTrack) -> jax.Array:

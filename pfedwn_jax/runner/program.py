@@ -53,7 +53,7 @@ def _select(out: RoundOut, records: Any) -> RoundOut:
     """`out` with the records a program keeps: all, or those named in `records`."""
     if records == ALL:
         return out
-    return out._replace(records={k: v for k, v in out.records.items() if k in records})
+    return out.replace(records={k: v for k, v in out.records.items() if k in records})
 
 
 def _block(alg: Algorithm, kmax: int, records: Any, state, ctx, evals, hp, root, start, n):

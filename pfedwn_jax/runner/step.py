@@ -13,7 +13,7 @@ Pure and jittable; `jax.eval_shape` of a round works.
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple
+from typing import Any
 
 import flax.struct
 import jax
@@ -43,7 +43,7 @@ class RunState(flax.struct.PyTreeNode):
     links: Any = None
 
 
-class RoundOut(NamedTuple):
+class RoundOut(flax.struct.PyTreeNode):
     """What a round produces besides the next state.
 
     Attributes:
