@@ -230,10 +230,7 @@ def _key(entry: Any) -> str:
 
 def _by_path(tree: Any) -> dict[str, Any]:
     """`{"a/0/b": leaf}` for every leaf of `tree`."""
-    return {
-        "/".join(_key(k) for k in path): leaf
-        for path, leaf in jax.tree_util.tree_leaves_with_path(tree)
-    }
+    return {"/".join(_key(k) for k in path): leaf for path, leaf in jax.tree.leaves_with_path(tree)}
 
 
 def _tree(metadata: Any) -> Any:

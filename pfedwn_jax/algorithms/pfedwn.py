@@ -52,6 +52,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from pfedwn_jax._checks import (
     INT32_MAX,
@@ -166,7 +167,7 @@ class PFedWNState(NamedTuple):
 def weighed(ctx: RoundContext) -> jax.Array:
     """``[S, K]`` bool: target row ``s`` weighs list entry ``k`` (a real neighbor, ``k >= 1``)."""
     k = ctx.neighbors.shape[1]
-    return ctx.neighbor_mask & ctx.is_target[:, None] & (jnp.arange(k) > 0)[None, :]
+    return (jnp.arange(k) > 0)[None, :] & ctx.neighbor_mask & ctx.is_target[:, None]
 
 
 class EMPairs(NamedTuple):
@@ -213,7 +214,7 @@ def _with_self_column(pi: jax.Array) -> jax.Array:
     return jnp.pad(pi, pad)
 
 
-def aggregation_weights(pi: jax.Array, a: float | jax.Array, apply: jax.Array) -> jax.Array:
+def aggregation_weights(pi: jax.Array, a: float | jax.Array, apply: ArrayLike) -> jax.Array:
     """Eq. 5 as ``[S, K]`` weights for ``mix_sparse``: row s = ``a e_0 + (1 - a) pi[s]``.
 
     ``pi [S, K]`` (column 0, the slot itself, is 0), ``apply [S]`` bool. Rows with ``apply[s]``

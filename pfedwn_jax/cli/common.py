@@ -21,14 +21,18 @@ import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pfedwn_jax.interrupts import EXIT_INTERRUPTED, exit_now, interrupt_guard
 from pfedwn_jax.io import check_writable_dir
 
+if TYPE_CHECKING:
+    from pfedwn_jax.experiment.config import ExperimentConfig
+
 EXIT_USAGE = 2  # a bad argument or value: nothing was done
 EXIT_SYSTEM = 1  # the input was fine, the system failed (disk full, permissions)
 T = TypeVar("T")
+_Configs = TypeVar("_Configs", "ExperimentConfig", "list[ExperimentConfig]")
 NO_SELECTION = "; --selection false runs without selection"
 
 
@@ -142,7 +146,7 @@ def check_eps_flag(
         raise ValueError(f"--{message}{hint}")
 
 
-def refuse_eps_flag(eps: float | None, build: Callable[[], T]) -> T:
+def refuse_eps_flag(eps: float | None, build: Callable[[], _Configs]) -> _Configs:
     """`build()`'s configs (one `ExperimentConfig` or a list), refusing an explicit `--eps`
     above the P_err ceiling of any config that selects (`check_eps_flag`, one line).
 

@@ -229,7 +229,7 @@ def config_from_args(
     (`pfedwn sweep` takes its `[sweep]` table out first); None: read `args.config`.
     """
     overrides: dict[str, Any] = {}
-    tables: dict[str, dict[str, Any]] = {}
+    tables: dict[str, Any] = {}  # ExperimentConfig's mapping fields (channel, hparams)
     for name in ExperimentConfig.field_names():
         value = getattr(args, name, None)
         if isinstance(value, list):
@@ -313,7 +313,7 @@ def configs_from_args(args: argparse.Namespace) -> list[ExperimentConfig]:
         one = argparse.Namespace(**vars(args))
         one.dataset, one.gamma_th, one.target = dataset, gammas[0], targets[0]
         base = config_from_args(one)
-        grid = {}
+        grid: dict[str, list[Any]] = {}
         if len(gammas) > 1:
             grid["gamma_th"] = [_number("gamma_th", g) for g in gammas]
         if len(targets) > 1:

@@ -172,12 +172,13 @@ def stack_runs(trees: Sequence[Any], *, pad_ragged: bool = True) -> tuple[Any, A
     largest client) are zero-padded at the end of each axis into the stacked array; else
     such leaves are an error. Leaves come back as host arrays (NumPy), not yet placed.
     """
-    flat = [jax.tree_util.tree_flatten(t) for t in trees]
-    treedef = flat[0][1]
+    flat = [jax.tree.flatten(t) for t in trees]
+    treedef: Any = flat[0][1]  # a PyTreeDef: jaxlib ships no type stub of it
     for _, other in flat[1:]:
         if other != treedef:
             raise ValueError(f"runs of one program differ in structure: {treedef} vs {other}")
-    leaves, axes = [], []
+    leaves: list[np.ndarray] = []
+    axes: list[int | None] = []
     for column in zip(*(f[0] for f in flat), strict=True):
         arrays = [np.asarray(a) for a in column]
         same = all(a.shape == arrays[0].shape for a in arrays)
@@ -206,5 +207,6 @@ def _stack_padded(arrays: list[np.ndarray]) -> np.ndarray:
     shape = tuple(int(s) for s in np.max([a.shape for a in arrays], axis=0))
     out = np.zeros((len(arrays), *shape), np.result_type(*arrays))
     for r, a in enumerate(arrays):
-        out[(r, *(slice(0, d) for d in a.shape))] = a
+        where: tuple[int | slice, ...] = (r, *(slice(0, d) for d in a.shape))
+        out[where] = a
     return out

@@ -26,7 +26,7 @@ from jax.sharding import Mesh
 from pfedwn_jax.algorithms import get_algorithm, hparam_leaves, static_hparams
 from pfedwn_jax.distributed import gather_to_host
 from pfedwn_jax.experiment.setup import Experiment
-from pfedwn_jax.results.table import RunInfo, Table
+from pfedwn_jax.results.table import RunInfo, Table, listed
 from pfedwn_jax.runner.checkpoint import Checkpoint
 from pfedwn_jax.runner.groups import Group, axes_key, init_states, make_group, plan_programs
 from pfedwn_jax.runner.program import ALL, block_program, params_program
@@ -136,7 +136,7 @@ class Job:
                 if (gi, name) in self.finished:
                     continue
                 here = self.current is not None and tuple(self.current[:2]) == (gi, name)
-                start = int(self.current[2]) if here else 0
+                start = int(self.current[2]) if here and self.current is not None else 0
                 self._method(gi, name, restored if here else None, start)
                 restored = None
 
@@ -295,9 +295,9 @@ class Job:
             labels=self.table.labels[run],
             method=name,
             rounds=np.arange(lo + 1, hi + 1),
-            metrics={k: track.metric(k)[lo:hi] for k in track.metrics},
-            arrays={k: track.array(k)[lo:hi] for k in track.arrays if k != "finite"},
-            records={k: track.record(k)[lo:hi] for k in track.records},
+            metrics={k: listed(track.metric(k))[lo:hi] for k in track.metrics},
+            arrays={k: listed(track.array(k))[lo:hi] for k in track.arrays if k != "finite"},
+            records={k: listed(track.record(k))[lo:hi] for k in track.records},
             config=exp.config.to_dict(),
             slots={
                 "is_target": np.asarray(exp.federation.is_target, bool),

@@ -53,7 +53,7 @@ def _select(out: RoundOut, records: Any) -> RoundOut:
     """`out` with the records a program keeps: all, or those named in `records`."""
     if records == ALL:
         return out
-    return out._replace(records={k: v for k, v in out.records.items() if k in records})
+    return out.replace(records={k: v for k, v in out.records.items() if k in records})
 
 
 def _block(alg: Algorithm, kmax: int, records: Any, state, ctx, evals, hp, root, start, n):
@@ -195,7 +195,7 @@ class AxesKey:
 
     def __init__(self, *axes: Any) -> None:
         self.axes = axes
-        flat = [jax.tree_util.tree_flatten(a, is_leaf=_is_none) for a in axes]
+        flat = [jax.tree.flatten(a, is_leaf=_is_none) for a in axes]
         self._key = tuple((tuple(leaves), treedef) for leaves, treedef in flat)
 
     def __hash__(self) -> int:

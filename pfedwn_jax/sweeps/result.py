@@ -30,6 +30,7 @@ from pfedwn_jax.io import (
     atomic_write_text,
     atomic_write_with,
     check_writable_dir,
+    write_npz,
 )
 from pfedwn_jax.plotting import pyplot
 from pfedwn_jax.sweeps import plots
@@ -484,19 +485,24 @@ class SweepResult:
         if self.records:
             paths["records"] = out / "records.npz"
             buf = io.BytesIO()
-            np.savez(buf, **self.records)
+            write_npz(buf, self.records)
             atomic_write_with(paths["records"], lambda f: f.write(buf.getvalue()))
         if pyplot() is None or len(self) == 0:
             return paths
-        paths["curves"] = self.plot_curves(out / "curves.png")
+
+        def plotted(name: str, path: Path | None) -> None:
+            if path is not None:  # a plot is None only without matplotlib (checked above)
+                paths[name] = path
+
+        plotted("curves", self.plot_curves(out / "curves.png"))
         if len(self.varying) == 1:
             key = self.varying[0]
             name = "vs_" + re.sub(r"[^A-Za-z0-9._-]", "_", key)
-            paths[name] = self.plot_vs_key(out / f"{name}.png", window=window)
+            plotted(name, self.plot_vs_key(out / f"{name}.png", window=window))
         if len(self.swept) == 2:
             for m in self.methods:
                 heatmap = out / f"heatmap_{m}.png"
-                paths[f"heatmap_{m}"] = self.plot_heatmap(heatmap, m, window=window)
+                plotted(f"heatmap_{m}", self.plot_heatmap(heatmap, m, window=window))
         return paths
 
     # ------------------------------------------------------------------ plots

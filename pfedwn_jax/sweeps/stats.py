@@ -7,6 +7,7 @@ import functools
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from pfedwn_jax._checks import check_float, check_int
 
@@ -29,7 +30,7 @@ def student_t_ppf(p: float, df: int) -> float:
     return float(_t_distribution().ppf(p, df))
 
 
-def t_interval(mean: np.ndarray, std: np.ndarray, n: np.ndarray, level: float = LEVEL):
+def t_interval(mean: npt.ArrayLike, std: npt.ArrayLike, n: npt.ArrayLike, level: float = LEVEL):
     """(low, high) = mean -+ t_{(1+level)/2, n-1} std / sqrt(n), elementwise; NaN where n < 2."""
     mean, std, n = np.broadcast_arrays(*map(np.asarray, (mean, std, n)))
     df = np.where(n > 1, n - 1, np.nan)  # scipy's quantile is NaN for a NaN df

@@ -311,8 +311,7 @@ def physical_received(
 # ------------------------------------------------------------------------------- staleness
 
 
-@struct.dataclass
-class LinkAge:
+class LinkAge(struct.PyTreeNode):
     """Per-link age of the last model that arrived: age [S, K] int32, seen [S, K] bool.
 
     age counts rounds since the link last delivered (0: it delivered this round); before its

@@ -234,7 +234,7 @@ def _check_links(idx: Any, mask: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
 def _check_gamma(gamma_th: Any, n: int) -> np.ndarray:
     """gamma_th scalar or [N] (per receiver), finite and > 0, as [N]."""
     g = np.asarray(gamma_th, np.float64) if np.ndim(gamma_th) else np.float64(gamma_th)
-    if np.ndim(g) not in (0, 1) or (np.ndim(g) == 1 and len(g) != n):
+    if np.ndim(g) not in (0, 1) or (np.ndim(g) == 1 and g.shape[0] != n):
         raise ValueError(f"gamma_th must be a scalar or have shape [N] = [{n}]; got {np.shape(g)}")
     check_finite("gamma_th", g)
     check_range("gamma_th", g, 0.0, None, low_inclusive=False)
