@@ -60,9 +60,12 @@ test-floors:
 docs: $(VENV)/.installed-docs
 	$(BIN)/python scripts/make_docs.py
 
+# Style and types: ruff (lint, format) over the repository, mypy over the package
+# ([tool.mypy] in pyproject.toml).
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/bench_perr.py

@@ -1,6 +1,6 @@
 """A W-run seed sweep (`pfedwn_jax.sweep`) against W sequential `pfedwn_jax.run` calls.
 
-Issue 14, "Benchmark". The runs are the default `ExperimentConfig` (single mode, 10
+The runs are the default `ExperimentConfig` (single mode, 10
 neighbors, MLP, embedded MNIST) with `rounds` rounds and seeds 0..W-1, for the `--algorithms`
 given (default pFedWN alone: all six methods make a long benchmark, `--preset full`).
 The process exposes one JAX device per core first (`use_cpu_devices()`): the sweep puts its

@@ -7,6 +7,8 @@ The programmatic API, at the top (imported lazily, on first use):
 - `pfedwn_jax.Result`: what `run` returns; `.save(path)` / `Result.load(path)` for the JSON.
 - `pfedwn_jax.sweep(config, seeds=..., grid=...) -> SweepResult`: many runs (seeds x grid)
   as few compiled programs, over every device (`pfedwn_jax.sweeps`, docs/sweeps.md).
+- `pfedwn_jax.load_models(path)`: the final personalised models a run or sweep saved
+  (`save_models=path`, `pfedwn run --save-models`), with the model and data to evaluate them.
 - `pfedwn_jax.use_cpu_devices()`: one JAX device per CPU core, so clients train in parallel
   (call it before any JAX computation).
 - `pfedwn_jax.register_model(name, builder)`, `pfedwn_jax.register_algorithm(algorithm)`
@@ -40,9 +42,11 @@ _LAZY = {
     "sweep": ("pfedwn_jax.sweeps", "sweep"),
     "SweepResult": ("pfedwn_jax.sweeps", "SweepResult"),
     "use_cpu_devices": ("pfedwn_jax.devices", "use_cpu_devices"),
+    "use_compilation_cache": ("pfedwn_jax.devices", "use_compilation_cache"),
     "register_model": ("pfedwn_jax.models", "register_model"),
     "register_algorithm": ("pfedwn_jax.algorithms", "register"),
     "register_dataset": ("pfedwn_jax.data", "register_dataset"),
+    "load_models": ("pfedwn_jax.runner.saved_models", "load_models"),
 }
 # subpackages and modules, imported on first access as `pfedwn_jax.<name>`
 _SUBMODULES = (
@@ -70,11 +74,13 @@ __all__ = [
     "Result",
     "SweepResult",
     "__version__",
+    "load_models",
     "register_algorithm",
     "register_dataset",
     "register_model",
     "run",
     "sweep",
+    "use_compilation_cache",
     "use_cpu_devices",
 ]
 

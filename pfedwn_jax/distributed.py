@@ -167,7 +167,7 @@ def run_sharding(mesh: Mesh, shard_slots: bool = False) -> NamedSharding:
 
 def _check_divisible(tree: Any, mesh: Mesh, shard_slots: bool, runs: int | None) -> None:
     """`ValueError` naming the leaf whose sharded axes do not split evenly over the mesh."""
-    for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
+    for path, leaf in jax.tree.leaves_with_path(tree):
         shape = tuple(np.shape(leaf))
         name = jax.tree_util.keystr(path) or "the array"
         if len(shape) < 1 + shard_slots:
@@ -188,7 +188,11 @@ def local_runs(mesh: Mesh, runs: int) -> slice:
     part it builds for `shard_runs(..., local=True)` (all runs on one process)."""
     runs = check_int("runs", runs, 1)
     index_map = run_sharding(mesh).addressable_devices_indices_map((runs,))
-    rows = sorted(set().union(*(range(*idx[0].indices(runs)) for idx in index_map.values())))
+    held: set[int] = set()
+    for idx in index_map.values():
+        assert idx is not None  # an index per device of a sharded (not a fully replicated) array
+        held.update(range(*idx[0].indices(runs)))
+    rows = sorted(held)
     if rows != list(range(rows[0], rows[-1] + 1)):
         raise ValueError(f"this process's runs of {runs} are not one contiguous block: {rows}")
     start, stop = rows[0], rows[-1] + 1

@@ -17,7 +17,7 @@ component updates (App. B, M-step 2) lives in `pfedwn_jax.algorithms.pfedwn` and
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, overload
 
 import jax
 import jax.numpy as jnp
@@ -168,6 +168,48 @@ def _pi_update(
     # A target without samples keeps the (floored) uniform weights rather than all zeros.
     uniform = nmask / jnp.maximum(k, 1.0)
     return jnp.where(count > 0, pi, uniform)
+
+
+@overload
+def estimate_weights(
+    losses: Any,
+    sample_mask: Any | None = None,
+    neighbor_mask: Any | None = None,
+    prior: Any | None = None,
+    num_iters: int = DEFAULT_NUM_ITERS,
+    tol: float = DEFAULT_TOL,
+    floor: float = 0.0,
+    *,
+    return_info: Literal[False] = False,
+) -> jax.Array: ...
+
+
+@overload
+def estimate_weights(
+    losses: Any,
+    sample_mask: Any | None = None,
+    neighbor_mask: Any | None = None,
+    prior: Any | None = None,
+    num_iters: int = DEFAULT_NUM_ITERS,
+    tol: float = DEFAULT_TOL,
+    floor: float = 0.0,
+    *,
+    return_info: Literal[True],
+) -> tuple[jax.Array, dict[str, jax.Array]]: ...
+
+
+@overload
+def estimate_weights(
+    losses: Any,
+    sample_mask: Any | None = None,
+    neighbor_mask: Any | None = None,
+    prior: Any | None = None,
+    num_iters: int = DEFAULT_NUM_ITERS,
+    tol: float = DEFAULT_TOL,
+    floor: float = 0.0,
+    *,
+    return_info: bool,
+) -> jax.Array | tuple[jax.Array, dict[str, jax.Array]]: ...
 
 
 def estimate_weights(

@@ -21,9 +21,12 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 try:
     import fcntl
@@ -42,6 +45,7 @@ __all__ = [
     "check_writable_file",
     "read_json",
     "remove_stale_temps",
+    "write_npz",
 ]
 
 # temp files of `atomic_open`: "." + target name + "." + mkstemp's 8 random characters + ".tmp"
@@ -116,7 +120,7 @@ def remove_stale_temps(directory: str | Path, min_age_s: float = STALE_TEMP_S) -
     and not locked by a write in progress (in any process) are removed. Best effort: a file
     that cannot be examined or removed is left. Returns the removed paths.
     """
-    removed = []
+    removed: list[Path] = []
     try:
         entries = list(os.scandir(directory))
     except OSError:
@@ -191,11 +195,23 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write_with(path: str | Path, writer: Callable[[IO[bytes]], None]) -> Path:
-    """Write the binary content `writer(file)` produces (e.g. `np.savez`); returns the path."""
+def atomic_write_with(path: str | Path, writer: Callable[[IO[bytes]], object]) -> Path:
+    """Write the binary content `writer(file)` produces (e.g. `write_npz`; what it returns is
+    ignored); returns the path."""
     with atomic_open(path, "wb") as f:
         writer(f)
     return Path(path)
+
+
+def write_npz(file: IO[bytes], arrays: Mapping[str, ArrayLike], compressed: bool = False) -> None:
+    """`np.savez(file, **arrays)` (`np.savez_compressed` with `compressed`): one archive
+    member per name."""
+    import numpy as np
+
+    save = np.savez_compressed if compressed else np.savez
+    # numpy's stub lets a `**` mapping reach its `allow_pickle: bool` keyword; every name
+    # here is an array's
+    save(file, **arrays)  # type: ignore[arg-type]
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
@@ -205,7 +221,7 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     return Path(path)
 
 
-def atomic_write_json(path: str | Path, obj: Any, indent: int = 1) -> Path:
+def atomic_write_json(path: str | Path, obj: Any, indent: int | None = 1) -> Path:
     """Write `obj` as JSON plus a newline; NaN and infinities are refused (not valid JSON)."""
     return atomic_write_text(path, json.dumps(obj, indent=indent, allow_nan=False) + "\n")
 

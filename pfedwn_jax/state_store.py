@@ -230,10 +230,7 @@ def _key(entry: Any) -> str:
 
 def _by_path(tree: Any) -> dict[str, Any]:
     """`{"a/0/b": leaf}` for every leaf of `tree`."""
-    return {
-        "/".join(_key(k) for k in path): leaf
-        for path, leaf in jax.tree_util.tree_leaves_with_path(tree)
-    }
+    return {"/".join(_key(k) for k in path): leaf for path, leaf in jax.tree.leaves_with_path(tree)}
 
 
 def _tree(metadata: Any) -> Any:
@@ -285,3 +282,17 @@ def restore(directory: str | Path, template: Any, step: int | None = None) -> tu
             items[STATE] = ocp.args.StandardRestore(abstract)
         out = manager.restore(step, args=ocp.args.Composite(**items))
     return (out[STATE] if template is not None else None), out[META]
+
+
+def saved_tree(directory: str | Path, step: int | None = None) -> Any:
+    """The tree saved as `step` (default: the latest) in `directory` as
+    `jax.ShapeDtypeStruct`s, read from orbax's metadata (no array is loaded): a `restore`
+    template for a reader that does not know the saved shapes. `ValueError` when there is no
+    such step or it holds no state."""
+    directory = _check_directory(directory)
+    step = latest(directory) if step is None else check_int("step", step, 0)
+    if step is None or not (directory / str(step) / STATE).is_dir():
+        raise ValueError(f"no saved state in {directory} (step {step})")
+    with _manager(directory, create=False) as manager:
+        tree = _tree(manager.item_metadata(step)[STATE])
+    return jax.tree.map(lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype), tree)

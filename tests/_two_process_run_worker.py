@@ -8,7 +8,9 @@ processes (2 slots a device), checkpointing under the one shared `CKPT_DIR`. "fu
 through; "resumed" is stopped after pfedwn's first round (a KeyboardInterrupt raised by the
 callback in every process, as a Ctrl-C would), then resumed from its checkpoint. Each process
 writes what it got to `OUT_PREFIX{PROCESS_ID}.npz` (`full/...` and `resumed/...`, see
-`numbers`); the parent compares them with `reference`, the same run in one process.
+`numbers`); the parent compares them with `reference`, the same run in one process. The full
+run also saves its models (`CKPT_DIR/models`, each process its own shards) and logs to one CSV
+(`CKPT_DIR/metrics.csv`, process 0 only), which the parent reads back.
 """
 
 from __future__ import annotations
@@ -106,7 +108,12 @@ def main(port: int, process_id: int, num_processes: int, ckpt: str, out: str) ->
     distributed.initialize(f"localhost:{port}", num_processes, process_id)
     print(f"process {process_id}: devices {len(jax.devices())} local {jax.local_device_count()}")
     print(f"process {process_id}: {check_split()}")
-    full = run(config(), progress=False, shards=4, checkpoint=Path(ckpt) / "full")
+    from pfedwn_jax.runner.writers import CSVWriter
+
+    full = run(
+        config(), progress=False, shards=4, checkpoint=Path(ckpt) / "full",
+        save_models=Path(ckpt) / "models", writers=[CSVWriter(Path(ckpt) / "metrics.csv")],
+    )  # fmt: skip
     resumed = interrupted_then_resumed(Path(ckpt) / "resumed")
     arrays = {f"full/{k}": v for k, v in numbers(full).items()}
     arrays.update({f"resumed/{k}": v for k, v in numbers(resumed).items()})

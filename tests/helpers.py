@@ -10,6 +10,7 @@ import contextlib
 import json
 import math
 import os
+import struct
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -190,3 +191,29 @@ def table_entry(
     table.add_block(0, "m", 0, block, seconds * accuracy.shape[0])
     rounds = accuracy.shape[0]
     return method_entry(table.track(0, "m"), hp, 1, rounds)
+
+
+def read_events(directory: Path) -> list:
+    """Every `Event` of the event files under `directory`: the TFRecord framing (length,
+    its CRC, the record, its CRC) around tensorboardX's `Event` protobuf."""
+    event_pb2 = pytest.importorskip("tensorboardX.proto.event_pb2")
+    events = []
+    for path in sorted(directory.rglob("events.out.tfevents.*")):
+        data = path.read_bytes()
+        pos = 0
+        while pos < len(data):
+            (length,) = struct.unpack("<Q", data[pos : pos + 8])
+            record = data[pos + 12 : pos + 12 + length]
+            pos += 12 + length + 4
+            events.append(event_pb2.Event.FromString(record))
+    return events
+
+
+def scalar_series(directory: Path) -> dict[str, list[tuple[int, float]]]:
+    """`tag -> [(step, value)]` of the scalars under `directory`, in file order."""
+    out: dict[str, list[tuple[int, float]]] = {}
+    for event in read_events(directory):
+        for value in event.summary.value:
+            if value.HasField("simple_value"):
+                out.setdefault(value.tag, []).append((event.step, value.simple_value))
+    return out

@@ -13,7 +13,7 @@ from pfedwn_jax.cli.plugins import early_options
 
 TESTS = Path(__file__).resolve().parent
 RUN_FLAGS = [
-    "--num-neighbors", "3", "--gamma-th", "1.0", "--eps", "0.5", "--rounds", "1",
+    "--num-neighbors", "3", "--gamma-th", "1.0", "--eps", "0.12", "--rounds", "1",
     "--batch-size", "16", "--lr", "0.1", "--quiet", "--no-plot", "--checkpoint-every", "0",
 ]  # fmt: skip
 

@@ -11,6 +11,7 @@ the compiled round of a split run gathers neighbor models with XLA collectives.
 from __future__ import annotations
 
 import collections
+import csv
 import re
 
 import _two_process_run_worker as run_worker
@@ -21,6 +22,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from processes import run_two_processes
 
+import pfedwn_jax
 from pfedwn_jax.engine import put_slots, replicate, resolve_shards
 from pfedwn_jax.engine.sharding import slot_mesh
 
@@ -73,7 +75,8 @@ def test_two_process_run_equals_one_process(tmp_path):
     """FedAvg and pFedWN in network mode (8 nodes, logreg, 2 rounds), slots split over 2
     processes x 2 devices, run through and stopped-then-resumed: in both processes the
     metrics, records (pi) and neighbor lists of the same run on one device of this process;
-    the checkpoint is written once (process 0 only)."""
+    the checkpoint is written once (process 0 only); the models both processes saved evaluate
+    to the recorded accuracy in this process, and the CSV holds every round once."""
     logs, elapsed = run_two_processes(
         "_two_process_run_worker.py", [str(tmp_path / "ck"), str(tmp_path / "out")], 540
     )
@@ -94,6 +97,15 @@ def test_two_process_run_equals_one_process(tmp_path):
         rounds = {m: sum(int(n.split(".")[3]) for n in names if n.split(".")[1] == m)
                   for m in ("fedavg", "pfedwn")}  # fmt: skip
         assert rounds == {"fedavg": 2, "pfedwn": 2}, names
+    models = pfedwn_jax.load_models(tmp_path / "ck" / "models")  # saved by both processes
+    for method in run_worker.METHODS:
+        acc = models.evaluate(method)["accuracy"]
+        np.testing.assert_allclose(acc, want[f"{method}/client_accuracy"][-1], atol=2e-6)
+    with (tmp_path / "ck" / "metrics.csv").open() as f:  # logged once, by process 0
+        rows = [(r["method"], r["round"], r["name"]) for r in csv.DictReader(f)]
+    assert len(rows) == len(set(rows)) and {(m, r) for m, r, _ in rows} == {
+        (m, r) for m in run_worker.METHODS for r in "12"
+    }
     print(f"two-process run test: {elapsed:.1f} s")
 
 

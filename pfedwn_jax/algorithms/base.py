@@ -119,15 +119,15 @@ def dense_adjacency(neighbors: Any, neighbor_mask: Any, num_slots: int) -> jax.A
     return out.at[rows, cols].set(True, mode="drop")
 
 
-@flax.struct.dataclass
-class RoundContext:
+class RoundContext(flax.struct.PyTreeNode):
     """Everything fixed for one experiment that a round needs (built once by the runner).
 
-    A pytree (``flax.struct.dataclass``): the array fields are its leaves, the static fields
-    (``model``, ``optimizer``, ``batch_size``, ``local_epochs``, ``num_steps``, ``shards``) ride
-    in the tree definition, so a context can be passed as an argument to ``jax.jit``-compiled
-    functions; a compiled round is reused for any context with equal static fields (they must
-    be hashable) and equal array shapes. Change a field with ``ctx.replace(shards=...)``.
+    A pytree (a ``flax.struct.PyTreeNode`` dataclass): the array fields are its leaves, the
+    static fields (``model``, ``optimizer``, ``batch_size``, ``local_epochs``, ``num_steps``,
+    ``shards``) ride in the tree definition, so a context can be passed as an argument to
+    ``jax.jit``-compiled functions; a compiled round is reused for any context with equal
+    static fields (they must be hashable) and equal array shapes. Change a field with
+    ``ctx.replace(shards=...)``.
 
     Attributes:
       model: the engine's ``Model`` (name, init, apply). Static.
@@ -163,11 +163,12 @@ class RoundContext:
     model: Any = flax.struct.field(pytree_node=False)
     optimizer: Any = flax.struct.field(pytree_node=False)
     train: ClientData
-    data_client: jax.Array
-    neighbors: jax.Array
-    neighbor_mask: jax.Array
-    is_target: jax.Array
-    num_samples: jax.Array
+    # host (NumPy) arrays as `experiment.setup` builds them, device arrays once placed
+    data_client: jax.Array | np.ndarray
+    neighbors: jax.Array | np.ndarray
+    neighbor_mask: jax.Array | np.ndarray
+    is_target: jax.Array | np.ndarray
+    num_samples: jax.Array | np.ndarray
     batch_size: int = flax.struct.field(pytree_node=False)
     local_epochs: int = flax.struct.field(pytree_node=False, default=1)
     num_steps: int | None = flax.struct.field(pytree_node=False, default=None)
@@ -263,7 +264,7 @@ def make_hparams(alg: Algorithm, overrides: Mapping[str, Any] | None = None) -> 
     return alg.hparams(**overrides)
 
 
-def hparams(cls: type) -> type:
+def hparams(cls: type[Any]) -> type[Any]:
     """Class decorator of an algorithm's hyperparameters: a frozen dataclass and a pytree.
 
     Every field is a leaf of the compiled program (one program serves every value, a sweep

@@ -213,7 +213,7 @@ def neighbor_models(params: Any, ctx: RoundContext) -> tuple[Any, jax.Array]:
     """
     links = getattr(ctx, "links", None)
     if links is None or getattr(links, "cache", None) is None:
-        return params, ctx.neighbors
+        return params, jnp.asarray(ctx.neighbors)  # inside a round: already a jax array
     return append_slots(params, links.cache), links.source
 
 
@@ -255,9 +255,7 @@ def train_then_average(
 
 def sq_norm_diff(params: Any, anchor: Any) -> jax.Array:
     """``||params - anchor||^2`` summed over every leaf of one client's pytree."""
-    leaves = jax.tree_util.tree_leaves(
-        jax.tree_util.tree_map(lambda p, a: jnp.sum(jnp.square(p - a)), params, anchor)
-    )
+    leaves = jax.tree.leaves(jax.tree.map(lambda p, a: jnp.sum(jnp.square(p - a)), params, anchor))
     return sum(leaves, jnp.zeros((), jnp.float32))
 
 

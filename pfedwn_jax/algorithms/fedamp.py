@@ -46,6 +46,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from pfedwn_jax._checks import (
     INT32_MAX,
@@ -134,7 +135,7 @@ class FedAMPHParams:
 
 
 def attention_weights(
-    sq_dists: jax.Array, neighbor_mask: jax.Array, alpha_k: float, sigma: float | jax.Array
+    sq_dists: jax.Array, neighbor_mask: ArrayLike, alpha_k: float, sigma: float | jax.Array
 ) -> jax.Array:
     """The row-stochastic ``[S, K]`` weights ``Xi`` with ``u = mix_sparse(w, neighbors, Xi)``.
 
@@ -174,7 +175,7 @@ def attention_matrix(
     return jnp.zeros((s, s), xi.dtype).at[rows, neighbors].set(xi)
 
 
-def neighbor_median(sq_dists: jax.Array, neighbor_mask: jax.Array) -> jax.Array:
+def neighbor_median(sq_dists: jax.Array, neighbor_mask: ArrayLike) -> jax.Array:
     """``[S]`` median of ``sq_dists [S, K]`` over each row's real neighbors (columns ``k >= 1``
     where ``neighbor_mask [S, K]``); 1.0 for a row without neighbors (its weights are 0)."""
     k = np.shape(sq_dists)[1]
@@ -187,7 +188,7 @@ def neighbor_median(sq_dists: jax.Array, neighbor_mask: jax.Array) -> jax.Array:
     return jnp.where(count > 0, 0.5 * (pick(lo) + pick(hi)), 1.0)
 
 
-def round_sigma(sq_dists: jax.Array, neighbor_mask: jax.Array, hp: FedAMPHParams) -> Any:
+def round_sigma(sq_dists: jax.Array, neighbor_mask: ArrayLike, hp: FedAMPHParams) -> Any:
     """This round's ``sigma``: ``hp.sigma`` ("fixed") or ``[S]`` ``sigma_scale`` times each
     row's median neighbor distance, at least ``SIGMA_FLOOR`` ("auto")."""
     if hp.sigma_mode == "fixed":

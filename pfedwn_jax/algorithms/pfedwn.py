@@ -60,6 +60,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from pfedwn_jax._checks import (
     INT32_MAX,
@@ -185,7 +186,7 @@ class PFedWNState(NamedTuple):
 def weighed(ctx: RoundContext) -> jax.Array:
     """``[S, K]`` bool: target row ``s`` weighs list entry ``k`` (a real neighbor, ``k >= 1``)."""
     k = ctx.neighbors.shape[1]
-    return ctx.neighbor_mask & ctx.is_target[:, None] & (jnp.arange(k) > 0)[None, :]
+    return (jnp.arange(k) > 0)[None, :] & ctx.neighbor_mask & ctx.is_target[:, None]
 
 
 class EMPairs(NamedTuple):
@@ -227,7 +228,7 @@ def _with_self_column(pi: jax.Array) -> jax.Array:
     return jnp.pad(pi, pad)
 
 
-def aggregation_weights(pi: jax.Array, a: float | jax.Array, apply: jax.Array) -> jax.Array:
+def aggregation_weights(pi: jax.Array, a: float | jax.Array, apply: ArrayLike) -> jax.Array:
     """Eq. 5 as ``[S, K]`` weights for ``mix_sparse``: row s = ``a e_0 + (1 - a) pi[s]``.
 
     ``pi [S, K]`` (column 0, the slot itself, is 0), ``apply [S]`` bool. Rows with ``apply[s]``
@@ -297,11 +298,11 @@ def estimate_pi(
     Returns ``(pi [S, K], trace [em_steps + 2, S, K])`` (prior, each outer step, final).
     """
     s = ctx.num_slots
-    received = (params, ctx.neighbors) if received is None else received
+    pool = (params, ctx.neighbors) if received is None else received
     train = hp.component_updates and hp.pi_from != "received"  # pi needs the trained ones
 
     def chunk(rows: jax.Array, real: jax.Array) -> tuple[jax.Array, jax.Array]:
-        trace, losses, _ = _chunk_em(rows, real, key, ctx, hp, received, train)
+        trace, losses, _ = _chunk_em(rows, real, key, ctx, hp, pool, train)
         return jnp.swapaxes(trace, 0, 1), losses  # [C, em_steps, K - 1], [C, K - 1, N]
 
     steps, losses = chunked_rows(chunk, s, em_chunk(params, ctx, hp))
@@ -326,7 +327,7 @@ def _chunk_em(
     key: jax.Array,
     ctx: RoundContext,
     hp: PFedWNHParams,
-    received: tuple[Any, jax.Array],
+    received: tuple[Any, Any],
     train: bool,
 ) -> tuple[jax.Array, Any, Any]:
     """The outer EM steps of the targets ``rows [C]`` (``real [C]``: False on padding):
@@ -369,9 +370,9 @@ def _chunk_em(
         return (comp_state, pi), pi
 
     carry, trace = jax.lax.scan(em_step, (comps, _uniform(nmask)), jnp.arange(hp.em_steps))
-    comps = carry[0]
-    losses = fixed if on_received else losses_of(comps.params)
-    return trace, losses, comps.params if train else None
+    final: Any = carry[0]  # ClientState where held (``train or not on_received``)
+    losses = fixed if on_received else losses_of(final.params)
+    return trace, losses, final.params if train else None
 
 
 def _m_step_2(
@@ -412,12 +413,12 @@ def em_components(
     module docstring), else the received models. All at once (``S (K - 1)`` models: small
     networks, tests and studies; the round handles them chunk by chunk)."""
     s, k = ctx.neighbors.shape
-    received = (params, ctx.neighbors) if received is None else received
+    pool = (params, ctx.neighbors) if received is None else received
     rows, real = jnp.arange(s, dtype=jnp.int32), jnp.ones((s,), bool)
     train = hp.component_updates and (hp.mix_components or hp.pi_from != "received")
-    _, _, comps = _chunk_em(rows, real, key, ctx, hp, received, train)
+    _, _, comps = _chunk_em(rows, real, key, ctx, hp, pool, train)
     if comps is None:
-        comps = take_slots(received[0], received[1][:, 1:].reshape(-1))
+        comps = take_slots(pool[0], jnp.asarray(pool[1])[:, 1:].reshape(-1))
     return jax.tree.map(lambda a: a.reshape(s, k - 1, *a.shape[1:]), comps)
 
 

@@ -29,7 +29,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pfedwn_jax.cli import data, neighbors, run, sweep
 from pfedwn_jax.cli.common import OneLineParser, describe_os_error, run_command
 from pfedwn_jax.cli.plugins import add_import_flag, early_options, import_modules
-from pfedwn_jax.devices import use_cpu_devices
+from pfedwn_jax.devices import use_compilation_cache, use_cpu_devices
 
 __all__ = ["OneLineParser", "build_parser", "describe_os_error", "main"]
 
@@ -59,6 +59,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="CPU devices JAX exposes; the engine trains clients on them in parallel "
         "(default: one per core; 1 turns it off)",
     )
+    parser.add_argument(
+        "--compile-cache",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="DIR",
+        help="keep compiled programs on disk, so running the same study again does not "
+        "compile again (DIR default: $PFEDWN_COMPILATION_CACHE, else ~/.cache/pfedwn_jax/xla)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for module in SUBCOMMANDS:
         module.add_parser(sub)
@@ -83,6 +92,13 @@ def main(argv: list[str] | None = None) -> int:
         return int(e.code or 0)
     if args.cpu_devices is not None and args.cpu_devices < 1:
         parser.error(f"--cpu-devices must be >= 1; got {args.cpu_devices}")
+    if args.compile_cache is not None:
+        try:
+            use_compilation_cache(args.compile_cache or None)
+        except (OSError, ValueError) as e:
+            why = describe_os_error(e) if isinstance(e, OSError) else str(e)
+            print(f"pfedwn: error: --compile-cache {args.compile_cache!r}: {why}", file=sys.stderr)
+            return 2
     return run_command(f"pfedwn {args.command}", lambda: args.func(args))
 
 

@@ -21,14 +21,18 @@ import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pfedwn_jax.interrupts import EXIT_INTERRUPTED, exit_now, interrupt_guard
 from pfedwn_jax.io import check_writable_dir
 
+if TYPE_CHECKING:
+    from pfedwn_jax.experiment.config import ExperimentConfig
+
 EXIT_USAGE = 2  # a bad argument or value: nothing was done
 EXIT_SYSTEM = 1  # the input was fine, the system failed (disk full, permissions)
 T = TypeVar("T")
+_Configs = TypeVar("_Configs", "ExperimentConfig", "list[ExperimentConfig]")
 NO_SELECTION = "; --selection false runs without selection"
 
 
@@ -142,7 +146,7 @@ def check_eps_flag(
         raise ValueError(f"--{message}{hint}")
 
 
-def refuse_eps_flag(eps: float | None, build: Callable[[], T]) -> T:
+def refuse_eps_flag(eps: float | None, build: Callable[[], _Configs]) -> _Configs:
     """`build()`'s configs (one `ExperimentConfig` or a list), refusing an explicit `--eps`
     above the P_err ceiling of any config that selects (`check_eps_flag`, one line).
 
@@ -181,3 +185,62 @@ class _Hold(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         self.held.append(record)
         return False
+
+
+# --------------------------------------------------------------------------- models and logs
+MODELS = "models"  # OUT/models/: the saved final models (`--save-models`)
+LOGS = "logs"  # OUT/logs/: the metric writers' files (`--log-to`)
+
+
+def add_output_flags(p: argparse.ArgumentParser) -> None:
+    """`--save-models`, `--log-to`, `--log-dir`, `--wandb-project`, `--wandb-mode`."""
+    p.add_argument(
+        "--save-models",
+        action="store_true",
+        help="keep every slot's final personalised models in DIR/models/ (orbax; read them "
+        "with pfedwn_jax.load_models); they stay when the checkpoint is removed",
+    )
+    p.add_argument(
+        "--log-to",
+        metavar="KINDS",
+        help="metric writers, comma-separated: tensorboard (extra [tensorboard]), wandb "
+        "(extra [wandb]), csv; each round is logged once, after its checkpoint step",
+    )
+    p.add_argument(
+        "--log-dir",
+        type=out_path,
+        metavar="DIR",
+        help="where the writers write: tensorboard/, metrics.csv, wandb/ (default: OUT/logs)",
+    )
+    p.add_argument("--wandb-project", default="pfedwn", help="W&B project (default: pfedwn)")
+    p.add_argument(
+        "--wandb-mode",
+        choices=("offline", "online"),
+        default="offline",
+        help="offline (default: files under the log dir, `wandb sync` uploads them) or online",
+    )
+
+
+def writers_from_args(args: argparse.Namespace, out: Path) -> list[Any]:
+    """The metric writers of `--log-to` (none without it), writing under `--log-dir` (default
+    `OUT/logs`); a resumed job (`--resume`) appends to the CSV. A missing extra or an unknown
+    kind is a `ValueError` before any work."""
+    if not getattr(args, "log_to", None):
+        if getattr(args, "log_dir", None) is not None:
+            raise ValueError("--log-dir needs --log-to (tensorboard, wandb and/or csv)")
+        return []
+    from pfedwn_jax.runner.writers import make_writers
+
+    logdir = check_out_dir(args.log_dir if args.log_dir is not None else out / LOGS, "--log-dir")
+    return make_writers(
+        args.log_to,
+        logdir,
+        append=bool(getattr(args, "resume", False)),
+        wandb_project=args.wandb_project,
+        wandb_mode=args.wandb_mode,
+    )
+
+
+def models_dir(args: argparse.Namespace, out: Path) -> Path | None:
+    """`OUT/models` with `--save-models`, else None."""
+    return out / MODELS if getattr(args, "save_models", False) else None

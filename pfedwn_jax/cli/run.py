@@ -12,8 +12,10 @@ column per case/dataset (also written to `DIR/table.txt`, with `DIR/cases.json` 
 runs).
 
 Checkpoints: `DIR/checkpoint/` holds the job's progress (every `--checkpoint-every` rounds)
-until the results are written. A directory that holds an interrupted job's checkpoint is
-refused unless `--resume` (continue it) or `--overwrite` (discard it).
+until the results are written. `--save-models` keeps every slot's final models in
+`DIR/models/` (all cases of the job; `pfedwn_jax.load_models`), `--log-to tensorboard,csv`
+logs every round to `DIR/logs/` (or `--log-dir`). A directory that holds an interrupted
+job's checkpoint is refused unless `--resume` (continue it) or `--overwrite` (discard it).
 
 `--out DIR` is checked before any work (it must be, or be creatable as, a writable directory).
 A rerun into the same directory removes the files of `OUTPUTS` a previous run wrote there that
@@ -39,7 +41,15 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pfedwn_jax.cli.common import out_path, refuse_eps_flag
+from pfedwn_jax.cli.common import (
+    LOGS,
+    MODELS,
+    add_output_flags,
+    models_dir,
+    out_path,
+    refuse_eps_flag,
+    writers_from_args,
+)
 from pfedwn_jax.distributed import is_writer
 from pfedwn_jax.experiment import (
     ExperimentConfig,
@@ -108,6 +118,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "either way the exit status is 3 when a method diverged"
         ),
     )
+    add_output_flags(p)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--no-plot", action="store_true", help="skip the learning-curve PNG")
     p.set_defaults(func=main)
@@ -218,7 +229,7 @@ def config_from_args(
     (`pfedwn sweep` takes its `[sweep]` table out first); None: read `args.config`.
     """
     overrides: dict[str, Any] = {}
-    tables: dict[str, dict[str, Any]] = {}
+    tables: dict[str, Any] = {}  # ExperimentConfig's mapping fields (channel, hparams)
     for name in ExperimentConfig.field_names():
         value = getattr(args, name, None)
         if isinstance(value, list):
@@ -302,7 +313,7 @@ def configs_from_args(args: argparse.Namespace) -> list[ExperimentConfig]:
         one = argparse.Namespace(**vars(args))
         one.dataset, one.gamma_th, one.target = dataset, gammas[0], targets[0]
         base = config_from_args(one)
-        grid = {}
+        grid: dict[str, list[Any]] = {}
         if len(gammas) > 1:
             grid["gamma_th"] = [_number("gamma_th", g) for g in gammas]
         if len(targets) > 1:
@@ -354,6 +365,7 @@ def _run_all(
     if every == 0 and args.resume:
         raise ValueError("--resume needs a checkpoint: --checkpoint-every must be >= 1; got 0")
     checkpoint = out / CHECKPOINT if every else None
+    writers = writers_from_args(args, out)
     try:
         results = runs(
             configs,
@@ -363,6 +375,8 @@ def _run_all(
             overwrite=args.overwrite,
             checkpoint_every=max(every, 1),
             on_divergence="continue" if args.keep_going_on_divergence else "stop",
+            writers=writers,
+            save_models=models_dir(args, out),
         )
     except KeyboardInterrupt:
         if checkpoint is not None and checkpoint.exists():
@@ -412,6 +426,7 @@ def main(args: argparse.Namespace) -> int:
         print(format_table(results[0]))
         total = results[0].timings["total_s"]
         print(f"total {total:.1f} s; wrote " + ", ".join(map(str, written)))
+        _say_kept(args, out)
         return _status(results)
     num_datasets = len(_split(getattr(args, "dataset", None)))
     several_cases = len(configs) > num_datasets
@@ -428,7 +443,16 @@ def main(args: argparse.Namespace) -> int:
     print(text, end="")
     total = results[-1].timings["total_s"]
     print(f"total {total:.1f} s; wrote {out / TABLE}, {out / CASES} and one directory per case")
+    _say_kept(args, out)
     return _status(results)
+
+
+def _say_kept(args: argparse.Namespace, out: Path) -> None:
+    """Where `--save-models` and `--log-to` wrote (nothing without them)."""
+    if getattr(args, "save_models", False):
+        print(f"models: {out / MODELS} (pfedwn_jax.load_models)")
+    if getattr(args, "log_to", None):
+        print(f"logs ({args.log_to}): {args.log_dir or out / LOGS}")
 
 
 def _remove_checkpoint(checkpoint: Path | None) -> None:

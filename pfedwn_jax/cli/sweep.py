@@ -26,6 +26,9 @@ of that key. The state is checkpointed into DIR/checkpoint/ after each block unt
 results are written; --resume goes on from there with the same final numbers, --overwrite
 discards it (a directory holding an interrupted sweep's checkpoint is refused otherwise).
 --records pi keeps pFedWN's per-round weights of every run (DIR/records.npz).
+--save-models keeps every run's final models in DIR/models/ (pfedwn_jax.load_models; run i
+is the table's run i); --log-to tensorboard,wandb,csv logs every run (one per grid point and
+seed, with its config) to DIR/logs/ (or --log-dir).
 """
 
 from __future__ import annotations
@@ -39,7 +42,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from pfedwn_jax._checks import check_bool, check_int
-from pfedwn_jax.cli.common import out_path, refuse_eps_flag
+from pfedwn_jax.cli.common import (
+    add_output_flags,
+    models_dir,
+    out_path,
+    refuse_eps_flag,
+    writers_from_args,
+)
 from pfedwn_jax.cli.run import (
     CASE_FIELDS,
     add_checkpoint_flags,
@@ -98,8 +107,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--records",
         metavar="KEYS",
-        help="per-round records to keep for every run, comma-separated (e.g. pi), or all",
+        help="per-round records to keep for every run, comma-separated (e.g. pi), or all "
+        "(default: none; pi with --log-to)",
     )
+    add_output_flags(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=main)
 
@@ -204,10 +215,11 @@ def _written(paths: Any, out: Path) -> list[str]:
     return [str(p) for p in paths]
 
 
-def _records(text: str | None) -> Any:
-    """`--records`: "all", or the comma-separated names (none: ())."""
+def _records(text: str | None, logged: bool = False) -> Any:
+    """`--records`: "all", or the comma-separated names (none: (), or `("pi",)` when the
+    rounds are `logged`: the writers show pFedWN's weights)."""
     if text is None:
-        return ()
+        return ("pi",) if logged else ()
     if text.strip() == "all":
         return "all"
     return tuple(k.strip() for k in text.split(",") if k.strip())
@@ -241,6 +253,8 @@ def main(args: argparse.Namespace) -> int:
     from pfedwn_jax.sweeps import sweep  # lazily: the compiled program loads only to run
 
     checkpoint = out / CHECKPOINT
+    writers = writers_from_args(args, out)
+    records = _records(args.records, logged=bool(writers))
     try:
         result = sweep(
             opts.config,
@@ -253,7 +267,9 @@ def main(args: argparse.Namespace) -> int:
             resume=args.resume,
             overwrite=args.overwrite,
             mesh=mesh,
-            records=_records(args.records),
+            records=records,
+            writers=writers,
+            save_models=models_dir(args, out),
         )
     except KeyboardInterrupt:
         if checkpoint.exists():

@@ -137,7 +137,7 @@ def validate_writers(
     """Raise `ValueError` unless the writer ids are both None or both int64 `[n]` per split."""
     if (writer_train is None) != (writer_test is None):
         raise ValueError(f"dataset {name!r}: give both writer_train and writer_test, or neither")
-    if writer_train is None:
+    if writer_train is None or writer_test is None:
         return
     for split, w, y in (("train", writer_train, y_train), ("test", writer_test, y_test)):
         if w.dtype != np.int64 or w.shape != y.shape:
@@ -147,11 +147,19 @@ def validate_writers(
             )
 
 
+def writer_ids(dataset: Dataset) -> tuple[np.ndarray, np.ndarray] | None:
+    """`(writer_train, writer_test)`, or None for a dataset without writer ids."""
+    if dataset.writer_train is None or dataset.writer_test is None:
+        return None  # both or neither (`validate_writers`)
+    return dataset.writer_train, dataset.writer_test
+
+
 def num_writers(dataset: Dataset) -> int:
     """Distinct writers over both splits (0 for a dataset without writer ids)."""
-    if not dataset.has_writers:
+    ids = writer_ids(dataset)
+    if ids is None:
         return 0
-    return int(np.unique(np.concatenate([dataset.writer_train, dataset.writer_test])).size)
+    return int(np.unique(np.concatenate(ids)).size)
 
 
 def as_writers(name: str, key: str, w: np.ndarray, num: int) -> np.ndarray:
@@ -203,8 +211,9 @@ def fingerprint(dataset: Dataset) -> str:
     can say which arrays a name stood for."""
     digest = hashlib.sha256(f"num_classes={dataset.num_classes}".encode())
     arrays = [dataset.x_train, dataset.y_train, dataset.x_test, dataset.y_test]
-    if dataset.has_writers:
-        arrays += [dataset.writer_train, dataset.writer_test]
+    ids = writer_ids(dataset)
+    if ids is not None:
+        arrays += ids
     for a in arrays:
         a = np.ascontiguousarray(a)
         digest.update(f"|{a.dtype.str}{a.shape}|".encode())

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import jax
+import numpy as np
 
 
 class ClientData(NamedTuple):
@@ -21,13 +22,16 @@ class ClientData(NamedTuple):
       count: `[clients]` int32, the number of real samples (= mask.sum(-1)).
 
     Real samples of client n occupy slots `0 .. count[n]-1`; padding follows.
-    A NamedTuple is a pytree, so `ClientData` passes through jit/vmap unchanged.
+    Host (NumPy) arrays as built by the data pipeline, device arrays once placed
+    (`stacking.to_device`). A NamedTuple is a pytree, so `ClientData` passes through jit/vmap
+    unchanged.
     """
 
-    x: jax.Array
-    y: jax.Array
-    mask: jax.Array
-    count: jax.Array
+    x: jax.Array | np.ndarray
+    y: jax.Array | np.ndarray
+    mask: jax.Array | np.ndarray
+    # shadows `tuple.count`; a public field name older than the type check
+    count: jax.Array | np.ndarray  # type: ignore[assignment]
 
     @property
     def num_clients(self) -> int:

@@ -21,9 +21,17 @@ from typing import NamedTuple
 import numpy as np
 
 from pfedwn_jax.data import registry
-from pfedwn_jax.data.arrays import Dataset, as_images, as_labels, as_writers, fingerprint
+from pfedwn_jax.data.arrays import (
+    Dataset,
+    as_images,
+    as_labels,
+    as_writers,
+    fingerprint,
+    writer_ids,
+)
 from pfedwn_jax.data.leaf import LEAF_PREFIX, load_leaf
 from pfedwn_jax.data.tfds_source import TFDS_NAMES, DatasetUnavailableError, load_tfds
+from pfedwn_jax.io import write_npz
 
 log = logging.getLogger("pfedwn_jax")
 
@@ -96,13 +104,13 @@ def _num_classes(name: str, raw: dict[str, np.ndarray], y_train, y_test) -> int:
         num_classes = max(int(y_train.max(initial=-1)), int(y_test.max(initial=-1))) + 1
         _note_unused_classes(name, num_classes, np.concatenate([y_train, y_test]))
         return num_classes
-    num_classes = raw["num_classes"]
-    if num_classes.shape != () or num_classes.dtype.kind not in "iu":
+    stored = raw["num_classes"]
+    if stored.shape != () or stored.dtype.kind not in "iu":
         raise ValueError(
             f"dataset {name!r}: num_classes must be an integer scalar; "
-            f"got {num_classes.dtype} {num_classes.shape}"
+            f"got {stored.dtype} {stored.shape}"
         )
-    return int(num_classes)
+    return int(stored)
 
 
 def _note_unused_classes(name: str, num_classes: int, labels: np.ndarray) -> None:
@@ -150,7 +158,7 @@ def load_npz(path: str | Path, name: str | None = None) -> Dataset:
     else:
         x_test = np.zeros((0, *x_train.shape[1:]), np.uint8)
         y_test = np.zeros((0,), np.int32)
-    writers = [None, None]
+    writers: list[np.ndarray | None] = [None, None]
     if "writer_test" in raw and "writer_train" not in raw:
         raise ValueError(f"dataset {name!r}: {str(path)!r} has writer_test but no writer_train")
     if "writer_train" in raw:
@@ -172,12 +180,13 @@ def save_npz(dataset: Dataset, path: str | Path) -> Path:
         "y_train": dataset.y_train,
         "x_test": dataset.x_test,
         "y_test": dataset.y_test,
-        "num_classes": np.int64(dataset.num_classes),
+        "num_classes": np.asarray(dataset.num_classes, np.int64),
     }
-    if dataset.has_writers:
-        arrays |= {"writer_train": dataset.writer_train, "writer_test": dataset.writer_test}
+    ids = writer_ids(dataset)
+    if ids is not None:
+        arrays |= {"writer_train": ids[0], "writer_test": ids[1]}
     with path.open("wb") as f:
-        np.savez(f, **arrays)
+        write_npz(f, arrays)
     return path
 
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 
 from pfedwn_jax._checks import check_choice, check_finite, check_float, check_int, check_range
-from pfedwn_jax.data.arrays import Dataset
+from pfedwn_jax.data.arrays import Dataset, writer_ids
 from pfedwn_jax.data.client_data import FederatedData
 from pfedwn_jax.data.datasets import load_dataset
 from pfedwn_jax.data.partition import (
@@ -38,14 +39,15 @@ def pool_arrays(dataset: Dataset, pool: str = "union") -> tuple[np.ndarray, np.n
 def pool_writers(dataset: Dataset, pool: str = "union") -> np.ndarray:
     """`[n]` writer ids of the samples `pool_arrays` returns (same order)."""
     check_choice("pool", pool, POOLS)
-    if not dataset.has_writers:
+    ids = writer_ids(dataset)
+    if ids is None:
         raise ValueError(
             f"scheme={NATURAL!r} needs a naturally federated dataset with writer ids "
             f"(npz keys writer_train/writer_test, or 'leaf:PATH'); {dataset.name!r} has none"
         )
     if pool == "train" or len(dataset.y_test) == 0:
-        return dataset.writer_train
-    return np.concatenate([dataset.writer_train, dataset.writer_test])
+        return ids[0]
+    return np.concatenate(ids)
 
 
 def partition_pool(
@@ -109,7 +111,14 @@ def split_validation(
     return train, val
 
 
-def class_options(scheme: str, classes_per_client: int | None) -> dict[str, int]:
+class ClassOptions(TypedDict, total=False):
+    """`partition`'s class-count keyword of a scheme (`class_options`)."""
+
+    max_classes: int
+    classes_per_client: int
+
+
+def class_options(scheme: str, classes_per_client: int | None) -> ClassOptions:
     """`partition`'s keyword for an experiment's `classes_per_client`: `"paper"` -> the upper
     end `max_classes` of the per-client draw, `"pathological"` -> the exact count; None -> the
     scheme's default (the paper's `U{1..C}`; 2). Other schemes take no class count."""
@@ -204,12 +213,12 @@ def make_federated(
         parts = cap_parts(parts, cap, seed)
     train_parts, test_parts = split_train_test(parts, float(train_frac), seed)
     train_parts, val_parts = split_validation(train_parts, val_fraction, seed)
-    splits = [stack_clients(x, y, p) for p in (train_parts, test_parts)]
-    if val_fraction > 0:
-        splits.append(stack_clients(x, y, val_parts))
+    train, test = stack_clients(x, y, train_parts), stack_clients(x, y, test_parts)
+    val = stack_clients(x, y, val_parts) if val_fraction > 0 else None
     if device:
-        splits = [to_device(cd) for cd in splits]
-    return FederatedData(*splits[:2], dataset.num_classes, dataset.name, *splits[2:])
+        train, test = to_device(train), to_device(test)
+        val = None if val is None else to_device(val)
+    return FederatedData(train, test, dataset.num_classes, dataset.name, val)
 
 
 def client_label_counts(data: FederatedData, split: str = "all") -> np.ndarray:

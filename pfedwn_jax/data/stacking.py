@@ -117,9 +117,9 @@ def bucket_groups(count: np.ndarray, num_buckets: int) -> list[np.ndarray]:
     b = int(np.argmin(best[1:, num])) + 1
     groups, j = [], num
     while b > 0:
-        i = int(cut[b, j])
-        groups.append(np.flatnonzero((inverse >= i) & (inverse < j)))
-        j, b = i, b - 1
+        start = int(cut[b, j])
+        groups.append(np.flatnonzero((inverse >= start) & (inverse < j)))
+        j, b = start, b - 1
     return [g for g in reversed(groups) if g.size]
 
 

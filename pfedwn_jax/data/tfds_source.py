@@ -90,11 +90,12 @@ def _to_arrays(
             examples = source.__getitems__(list(range(start, min(start + batch, n))))
             images = np.stack([np.asarray(ex["image"]) for ex in examples])
             labels = np.array([ex["label"] for ex in examples], np.int64)
-            if x is None:
+            if x is None or y is None:
                 x, y = np.empty((n, *images.shape[1:]), images.dtype), np.empty(n, np.int64)
             x[start : start + len(examples)] = images
             y[start : start + len(examples)] = labels
             bar.update(len(examples))
+    assert x is not None and y is not None  # n > 0: the loop ran
     return as_images(name, f"x_{split}", x), as_labels(name, f"y_{split}", y)
 
 

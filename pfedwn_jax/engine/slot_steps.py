@@ -13,6 +13,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import flax.struct
 import jax
 import jax.numpy as jnp
 import optax
@@ -38,7 +39,7 @@ class StepFns(NamedTuple):
     grad_fn: GradFn | None
 
 
-class Shared(NamedTuple):
+class Shared(flax.struct.PyTreeNode):
     """Inputs every slot reads (replicated on every shard)."""
 
     x: jax.Array  # [clients, M, H, W, C] uint8 train images
@@ -46,7 +47,7 @@ class Shared(NamedTuple):
     consts: tuple  # values the step closes over (learning rate, ...), None where per slot
 
 
-class Slots(NamedTuple):
+class Slots(flax.struct.PyTreeNode):
     """Per-slot inputs of the step loop; every leaf has the same leading slot axis (S or C)."""
 
     params: Any  # leaves [S, ...]
@@ -127,8 +128,10 @@ def hoisted_step(
     batch = (slots.idx.shape[-1],)
     x, y = spec(batch + x_all.shape[2:], x_all.dtype), spec(batch, y_all.dtype)
     w, valid = spec(batch, jnp.float32), spec(batch, jnp.bool_)
-    args = (one(slots.params), one(slots.opt_state), x, y, w, valid)
-    args += (one(slots.aux), one(slots.slot_key))
+    params, opt_state, aux, slot_key = map(
+        one, (slots.params, slots.opt_state, slots.aux, slots.slot_key)
+    )
+    args = (params, opt_state, x, y, w, valid, aux, slot_key)
     closed, shape = jax.make_jaxpr(functools.partial(_update, fns), return_shape=True)(*args)
     out_tree, jaxpr = jax.tree.structure(shape), closed.jaxpr
 
@@ -152,6 +155,7 @@ def _slot_step(
     slot_key: jax.Array,
     consts_s: tuple,
     t: jax.Array,
+    *,
     masked: bool = True,
 ) -> tuple[Any, Any, jax.Array, jax.Array]:
     """One optimizer step of one slot at step `t` on minibatch `idx_t [B]`, `valid_t [B]`.
@@ -196,8 +200,8 @@ def _group_step(
     group runs. One slot: unbatched and unmasked, as every step `_train_group` runs for it is
     non-empty.
     """
-    args = (params, opt_state, group.data_client, idx_t, valid_t)
-    args += (group.sample_weight, group.aux, group.slot_key, group.consts, t)
+    dc, sw = group.data_client, group.sample_weight
+    args = (params, opt_state, dc, idx_t, valid_t, sw, group.aux, group.slot_key, group.consts, t)
     if group.data_client.shape[0] > 1:
         return jax.vmap(functools.partial(_slot_step, step, shared))(*args)
     one = jax.tree.map(lambda a: a[0], args)
@@ -276,8 +280,8 @@ def train_groups(
 
     def body(g: jax.Array, carry: SlotsOut) -> SlotsOut:
         ids = order[g]  # [C]
-        group = take(slots._replace(params=carry[0], opt_state=carry[1]), ids)
-        group = group._replace(valid=group.valid & (ids < num_slots)[:, None, None])
+        group = take(slots.replace(params=carry[0], opt_state=carry[1]), ids)
+        group = group.replace(valid=group.valid & (ids < num_slots)[:, None, None])
         return put(carry, train_group(step, shared, group), ids)
 
     init = (

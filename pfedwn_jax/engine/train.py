@@ -266,7 +266,7 @@ def _train_impl(
     )
     fns = StepFns(model, optimizer, loss_fn, grad_fn)
     step, consts = hoisted_step(fns, x_all, y_all, slots)
-    slots = slots._replace(consts=(None,) * len(consts))
+    slots = slots.replace(consts=(None,) * len(consts))
     shared = Shared(x_all, y_all, tuple(consts))
     run = _foldable_run(step, strategy, chunk)
     if shards == 1:
@@ -338,9 +338,9 @@ def _fold(
         num_clients = shared.x.shape[1] if shared_b.x else shared.x.shape[0]
         dc = slots.data_client if slots_b.data_client else slots.data_client[None]
         offset = (jnp.arange(w, dtype=dc.dtype) * num_clients)[:, None]
-        slots = slots._replace(data_client=dc + offset)
-        slots_b = slots_b._replace(data_client=True)
-        shared = shared._replace(x=merge(shared.x, shared_b.x), y=merge(shared.y, shared_b.y))
+        slots = slots.replace(data_client=dc + offset)
+        slots_b = slots_b.replace(data_client=True)
+        shared = shared.replace(x=merge(shared.x, shared_b.x), y=merge(shared.y, shared_b.y))
     slots = jax.tree.map(merge, slots, slots_b)
     return shared, slots, merge(count, count_b)
 
@@ -350,7 +350,9 @@ def _consts_per_slot(
 ) -> tuple[Shared, Slots, Any]:
     """Move the step's mapped shared values (`[w, ...]`, e.g. each run's learning rate) into
     the slots as `[w, S, ...]`: after folding, each slot reads its own run's value."""
-    common, own, own_b = [], [], []
+    common: list[Any] = []
+    own: list[Any] = []
+    own_b: list[Any] = []
     for c, c_b, o, o_b in zip(
         shared.consts, shared_b.consts, slots.consts, slots_b.consts, strict=True
     ):
@@ -362,8 +364,8 @@ def _consts_per_slot(
             common.append(c)
             own.append(o)
             own_b.append(o_b)
-    shared = shared._replace(consts=tuple(common))
-    return shared, slots._replace(consts=tuple(own)), slots_b._replace(consts=tuple(own_b))
+    shared = shared.replace(consts=tuple(common))
+    return shared, slots.replace(consts=tuple(own)), slots_b.replace(consts=tuple(own_b))
 
 
 _STATIC = (

@@ -32,12 +32,13 @@ def slot_finite(params: Any, losses: list[jax.Array]) -> jax.Array:
     """`[S]` bool: every leaf of slot `s`'s `params [S, ...]` finite and every `loss [S]` finite
     and within `LOSS_BOUND`. Jittable."""
     ok = None
-    for leaf in jax.tree_util.tree_leaves(params):
+    for leaf in jax.tree.leaves(params):
         leaf_ok = _rows_finite(leaf.reshape(leaf.shape[0], -1))
         ok = leaf_ok if ok is None else ok & leaf_ok
     for loss in losses:
         loss_ok = jnp.isfinite(loss) & (jnp.abs(loss) <= LOSS_BOUND)
         ok = loss_ok if ok is None else ok & loss_ok
+    assert ok is not None, "slot_finite needs a parameter leaf or a loss"
     return ok
 
 

@@ -84,6 +84,7 @@ class Federation:
         """JSON-friendly description (the `network` entry of the results file); a large
         network (no dense `adjacency`) stores its neighbor lists and `perr [S, K]`."""
         if self.adjacency is None:
+            assert self.neighbor_lists is not None and self.neighbor_mask is not None
             return {
                 "mode": self.mode,
                 "num_slots": self.num_slots,
@@ -321,6 +322,7 @@ def selected_links(fed: Federation) -> int:
         return int(np.sum(fed.selected))
     if fed.neighbor_mask is not None:
         return int(np.sum(fed.neighbor_mask[:, 1:]))
+    assert fed.adjacency is not None  # a federation holds lists or an adjacency
     return int(np.sum(fed.adjacency) - np.trace(fed.adjacency))
 
 

@@ -25,7 +25,7 @@ around the algorithm's round; everything is arrays inside the compiled step.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple
+from typing import Any
 
 import flax.struct
 import jax
@@ -53,8 +53,7 @@ LINK_SALT = 0x11A5
 MOTION_SALT = 0x30B1
 
 
-@flax.struct.dataclass
-class Motion:
+class Motion(flax.struct.PyTreeNode):
     """What moving the nodes and re-selecting their neighbors needs (`mobility` set).
 
     Attributes:
@@ -101,8 +100,7 @@ class SparseMotion:
     num_nodes: int
 
 
-@flax.struct.dataclass
-class Links:
+class Links(flax.struct.PyTreeNode):
     """What a draw of every slot's incoming links needs (the links themselves are the
     context's neighbor lists).
 
@@ -150,6 +148,7 @@ def build_links(fed: Federation, config: ExperimentConfig) -> Links | None:
     if config.link_model == "ideal" and config.mobility == "none":
         return None
     if fed.neighbor_lists is not None:  # a large network: its lists and their P_err
+        assert fed.neighbor_mask is not None and fed.neighbor_perr is not None  # set together
         lists, mask, perr = fed.neighbor_lists, fed.neighbor_mask, fed.neighbor_perr.copy()
     else:  # the runner's lists of the adjacency (`algorithms.neighbor_lists`)
         lists, mask = neighbor_lists(np.asarray(fed.adjacency, bool))
@@ -192,7 +191,7 @@ def _motion(fed: Federation, config: ExperimentConfig, width: int) -> Motion | N
 
 def _sparse_motion(fed: Federation, config: ExperimentConfig) -> SparseMotion | None:
     """The `SparseMotion` of a network of candidate lists (None otherwise)."""
-    if fed.neighbor_lists is None:
+    if fed.neighbor_lists is None or config.candidates is None:
         return None
     params, n, k = channel_params(config), fed.num_slots, config.candidates
     area, cut = float(params.area_m), config.interference_cutoff
@@ -261,7 +260,7 @@ def _link_uniforms(key: jax.Array, s: int, k: int) -> jax.Array:
 
 
 # --------------------------------------------------------------------------- state across rounds
-class LinkTrack(NamedTuple):
+class LinkTrack(flax.struct.PyTreeNode):
     """Per-link state the runner keeps across rounds (`stale` and/or `mobility`).
 
     Attributes:
@@ -303,11 +302,11 @@ def init_track(key: jax.Array, ctx: Any, params: Any) -> LinkTrack:
         walker = RandomWaypoint if m.model == "waypoint" else GaussianWalk
         walk = walker.init(jax.random.fold_in(key, MOTION_SALT), links.positions, m.area, m.speed)
     lists = (ctx.neighbors, ctx.neighbor_mask) if links.motion is not None else (None, None)
-    track = LinkTrack(cache, age, seen, walk, *lists, jnp.zeros((), jnp.int32))
+    track = LinkTrack(cache, age, seen, walk, lists[0], lists[1], jnp.zeros((), jnp.int32))
     return jax.tree.map(lambda a: jnp.array(a, copy=True), track)  # the round donates it
 
 
-class Drawn(NamedTuple):
+class Drawn(flax.struct.PyTreeNode):
     """A round's lists and outcome: `received`, `neighbors`, `neighbor_mask` `[S, K]` (the
     lists before the draw restricted the mask)."""
 
@@ -324,7 +323,8 @@ def begin_round(ctx: Any, track: LinkTrack | None, key: jax.Array) -> tuple[Any,
     with `stale`: a failed link that delivered before stays in the mask, its model taken from
     the cache (`Links.source`). `ctx.neighbor_mask` holds what the algorithm may combine.
     """
-    links, records = ctx.links, {}
+    links = ctx.links
+    records: dict[str, Any] = {}
     if track is not None and links.motion is not None:
         ctx, records = _moved(ctx, track)
         links = ctx.links
@@ -338,6 +338,7 @@ def begin_round(ctx: Any, track: LinkTrack | None, key: jax.Array) -> tuple[Any,
     mask = ctx.neighbor_mask & received
     drawn = Drawn(received, *drawn_lists)
     if links.stale:
+        assert track is not None  # the runner keeps a track whenever links are stale
         seen = _kept(track.seen, drawn, track)
         mask, source = stale_view(received, seen, ctx.neighbors, ctx.neighbor_mask)
         cache = jax.tree.map(lambda c: c.reshape((-1, *c.shape[2:])), track.cache)
@@ -360,14 +361,14 @@ def end_round(
             cache = update_cache(cache, sent, drawn.neighbors, got)
             seen = seen | got
         age = jnp.where(got, 0, jnp.minimum(age, np.iinfo(np.int32).max - 1) + 1)
-        track = track._replace(cache=cache, seen=seen, age=age.astype(jnp.int32))
+        track = track.replace(cache=cache, seen=seen, age=age.astype(jnp.int32))
         records["link_age"] = track.age
     if links.motion is not None:
         m = links.motion
         walk = track.walk.step(jax.random.fold_in(key, MOTION_SALT), m.dt)
         lists = {"neighbors": drawn.neighbors, "neighbor_mask": drawn.neighbor_mask}
-        track = track._replace(walk=walk, **lists)
-    return track._replace(rounds_done=track.rounds_done + 1), records
+        track = track.replace(walk=walk, **lists)
+    return track.replace(rounds_done=track.rounds_done + 1), records
 
 
 def _kept(values: jax.Array, drawn: Drawn, track: LinkTrack) -> jax.Array:
@@ -412,6 +413,7 @@ def _moved(ctx: Any, track: LinkTrack) -> tuple[Any, dict]:
         full = slot_perr_matrix(pos, links.gamma_th, links.params, m.moments)
     changed = jnp.zeros((), bool)
     if m.reselect_every > 0:
+        assert full is not None
         due = (track.rounds_done > 0) & (track.rounds_done % m.reselect_every == 0)
         new_nbr, new_mask = reselect(
             full, nbr.shape[1], m.eps, m.single, m.selection, m.width, links.active
@@ -420,6 +422,7 @@ def _moved(ctx: Any, track: LinkTrack) -> tuple[Any, dict]:
         changed = due & ((nbr != track.neighbors) | (mask != track.neighbor_mask)).any()
     perr = links.perr
     if m.track_perr:
+        assert full is not None
         perr = jnp.where(mask, jnp.take_along_axis(full, nbr, 1), 0.0).at[:, 0].set(0.0)
     links = links.replace(positions=pos, perr=perr, reselected=changed)
     records = {"positions": pos, "neighbors": nbr, "neighbor_mask": mask, "reselected": changed}
@@ -557,12 +560,12 @@ def reselect(
     fully connected; every other slot lists only itself.
     """
     s = perr.shape[0]
-    width = k - 1 if width is None else width
+    limit = k - 1 if width is None else width
     off = ~jnp.eye(s, dtype=bool)
     ok = off & ((perr < eps) if selection else True)
     if active is not None:
         ok = ok & active[None, :]
-    best = jax.vmap(lambda o, p: _lowest(o, p, width))
+    best = jax.vmap(lambda o, p: _lowest(o, p, limit))
     if single:
         group = best(ok[:1], perr[:1])[0].at[0].set(True)
         ok = group[:, None] & group[None, :] & off
@@ -574,7 +577,7 @@ def reselect(
     return nbr, jnp.concatenate([jnp.ones((s, 1), bool), real], axis=1)
 
 
-def _lowest(ok: jax.Array, score: jax.Array, m: int) -> jax.Array:
+def _lowest(ok: jax.Array, score: jax.Array, m: int | jax.Array) -> jax.Array:
     """`[S]` bool: the (at most) `m` entries of `ok` with the lowest `score` (ties: index)."""
     order = jnp.argsort(jnp.where(ok, score, jnp.inf), stable=True)
     rank = jnp.argsort(order)

@@ -36,7 +36,7 @@ import numpy as np
 
 from pfedwn_jax import frames
 from pfedwn_jax.experiment.config import ExperimentConfig
-from pfedwn_jax.io import atomic_write_json, atomic_write_with, read_json
+from pfedwn_jax.io import atomic_write_json, atomic_write_with, read_json, write_npz
 from pfedwn_jax.results.metrics import accuracy_stats
 
 SCHEMA = "pfedwn-results/3"  # every array inline
@@ -231,7 +231,7 @@ class Result:
             return path
         doc, arrays = self.to_compact()
         buf = io.BytesIO()
-        np.savez(buf, **arrays)
+        write_npz(buf, arrays)
         blob = buf.getvalue()
         npz = arrays_path(path)
         atomic_write_with(npz, lambda f: f.write(blob))

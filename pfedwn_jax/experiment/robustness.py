@@ -235,7 +235,7 @@ def table(points: list[dict[str, Any]], curves: dict[str, Any], window: int) -> 
 def summarize(rows: list[dict[str, Any]], stat: str = "last") -> list[dict[str, Any]]:
     """Mean over seeds of `stat` with its 95% Student-t interval, per axis x value x
     selection x method (in order of appearance)."""
-    from pfedwn_jax.sweeps.result import mean_std_ci
+    from pfedwn_jax.sweeps.stats import mean_std_ci
 
     groups: dict[tuple, list[float]] = {}
     for r in rows:

@@ -191,16 +191,18 @@ def federation_of(config: ExperimentConfig) -> Federation:
 
 @functools.lru_cache(maxsize=32)
 def _federation(key: tuple) -> Federation:
-    fields = {f: dict(v) if f == "channel" else v for f, v in key}
+    fields: dict[str, Any] = {f: dict(v) if f == "channel" else v for f, v in key}
     return build_federation(ExperimentConfig(**fields))
 
 
 def round_keys(seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(init key, root of the per-round keys) as `[2]` uint32 key data, equal for every
     method."""
+    # raw key data, not typed keys: host arrays like the rest of an `Experiment`, stacked over
+    # a group's runs and placed with them; the programs wrap them back (`wrap_key_data`)
     root = jax.random.key(seed)
-    keys = jax.random.fold_in(root, 0), jax.random.fold_in(root, 1)
-    return tuple(np.asarray(jax.random.key_data(k)) for k in keys)
+    init, rounds = jax.random.fold_in(root, 0), jax.random.fold_in(root, 1)
+    return np.asarray(jax.random.key_data(init)), np.asarray(jax.random.key_data(rounds))
 
 
 def setup(config: ExperimentConfig) -> Experiment:

@@ -113,10 +113,10 @@ class BasicBlock(nnx.Module):
         )
         self.norm2 = _group_norm(cout, rngs)
         if stride != 1 or cin != cout:
-            self.proj = Conv2D(
+            self.proj: Conv2D | None = Conv2D(
                 cin, cout, 1, stride=stride, use_bias=False, impl=conv_impl, rngs=rngs
             )
-            self.proj_norm = _group_norm(cout, rngs)
+            self.proj_norm: nnx.GroupNorm | None = _group_norm(cout, rngs)
         else:
             self.proj = None
             self.proj_norm = None
@@ -124,7 +124,9 @@ class BasicBlock(nnx.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         y = jax.nn.relu(self.norm1(self.conv1(x)))
         y = self.norm2(self.conv2(y))
-        skip = x if self.proj is None else self.proj_norm(self.proj(x))
+        skip = x
+        if self.proj is not None and self.proj_norm is not None:  # set together
+            skip = self.proj_norm(self.proj(x))
         return jax.nn.relu(y + skip)
 
 

@@ -261,7 +261,7 @@ def _check_abstract(name: str, make: Callable, x: jax.ShapeDtypeStruct, num_clas
             f"{type(e).__name__}: {e}{_rng_hint(e)}"
         ) from e
     shape, dtype = getattr(out, "shape", None), getattr(out, "dtype", None)
-    if shape != (2, num_classes) or not jnp.issubdtype(dtype, jnp.floating):
+    if shape != (2, num_classes) or dtype is None or not jnp.issubdtype(dtype, jnp.floating):
         raise ValueError(
             f"model {name!r} must map inputs [B, *input_shape] to float logits "
             f"[B, num_classes={num_classes}]; for {inputs} it returned {shape} {dtype}"

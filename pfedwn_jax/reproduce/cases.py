@@ -304,6 +304,7 @@ def paper_cases(
     elif targets is not None:
         raise ValueError("criterion='similarity' chooses the targets; pass targets=None")
     else:
+        assert counts is not None and overlap is not None  # criterion="similarity" counts
         big = counts.sum(1) >= min_target_samples
         found = _by_similarity(perr < base.eps, ok, overlap, big, (similar, different))
         limits = (similar, different, min_target_samples)
@@ -379,16 +380,16 @@ def _by_similarity(
         ]
 
     for s in np.flatnonzero(ok.all(0)):  # one network: distinct targets, first in order
-        for pick in itertools.product(*(fits(g, s) for g in range(ok.shape[0]))):
+        for pick in itertools.product(*(fits(g, int(s)) for g in range(ok.shape[0]))):
             if len(set(pick)) == len(pick):
                 return [int(s)] * len(pick), list(pick), True
     chosen: list[int | None] = []
     picked: list[int | None] = []
     for g in range(ok.shape[0]):  # per case: first seed with a target not taken yet
-        hits = ((int(s), t) for s in np.flatnonzero(ok[g]) for t in fits(g, s))
-        s, t = next(((s, t) for s, t in hits if t not in picked), (None, None))
-        chosen.append(s)
-        picked.append(t)
+        hits = ((int(s), t) for s in np.flatnonzero(ok[g]) for t in fits(g, int(s)))
+        seed, target = next(((s, t) for s, t in hits if t not in picked), (None, None))
+        chosen.append(seed)
+        picked.append(target)
     return chosen, picked, False
 
 
@@ -410,7 +411,9 @@ def _or_raise(
                 f"neighbors include one with label overlap >= {limits[0]:g} and one <= "
                 f"{limits[1]:g}; search more seeds or change the thresholds"
             )
-    return [int(s) for s in chosen], tuple(int(t) for t in targets), shared
+    # no None left: refused above, and a case with a seed has its target (picked together)
+    found_seeds = [int(s) for s in chosen if s is not None]
+    return found_seeds, tuple(int(t) for t in targets if t is not None), shared
 
 
 def _first(ok: np.ndarray, seeds: list[int], want: int, gamma: float) -> int:

@@ -53,6 +53,7 @@ def crossover_cases(preset: Preset) -> tuple[ExperimentConfig, list[tuple[str, C
     """The study's base config (the first dataset, `crossover.rounds` and `lr`) and its
     (criterion, case) pairs: each criterion's Table II cases, a target taken once."""
     cross, spec = preset.crossover, preset.datasets[0]
+    assert cross is not None  # a crossover study's preset
     base = dataset_base(preset, spec, "local").replace(rounds=cross.rounds, lr=cross.lr)
     out, seen = [], set()
     for crit in cross.criteria:
@@ -69,6 +70,7 @@ def _label(crit: str, case: Case) -> str:
 
 def _settings(preset: Preset, method: str, cases) -> list[Setting]:
     cross, spec = preset.crossover, preset.datasets[0]
+    assert cross is not None  # a crossover study's preset
     base = dataset_base(preset, spec, method).replace(rounds=cross.rounds, lr=cross.lr)
     out = []
     for crit, case in cases:
@@ -82,6 +84,7 @@ def run_crossover(preset: Preset, out: Path, log=print) -> dict[str, Any]:
     """Every sweep of the study (read back from `out/sweeps/crossover_*` when saved with the
     same runs); the per-(case, cap, method) rows and the paired differences to Local."""
     cross = preset.crossover
+    assert cross is not None  # a crossover study's preset
     base, cases = crossover_cases(preset)
     sweeps = {}
     for m in (*cross.methods, "pfedwn"):

@@ -71,7 +71,7 @@ def fig9(rows, sweeps, preset: Preset, out: Path) -> dict[str, Path]:
     label = preset.fig9
     cases = [r["case"] for r in rows if r["dataset"] == label and r["case"] not in SPECIAL]
     ten = list(dict.fromkeys(cases))[1]  # Case 2: gamma_th = 10, as the 20-neighbor network
-    panels = {ten: {}, "20 neighbors": {}}
+    panels: dict[str, dict[str, Any]] = {ten: {}, "20 neighbors": {}}
     for (lab, m), (res, _) in sweeps.items():
         if lab == label and m in METHODS:
             for case in panels:

@@ -34,8 +34,8 @@ def _columns() -> dict[tuple[str, str], dict[str, float]]:
     for row, method in zip(_TABLE2, _METHODS, strict=True):
         for j, value in enumerate(row):
             out.setdefault((f"Case {j // 3 + 1}", _DATASETS[j % 3]), {})[method] = value
-    for row, method in zip(_TABLE3, _METHODS, strict=True):
-        for dataset, value in zip(_DATASETS, row, strict=True):
+    for values, method in zip(_TABLE3, _METHODS, strict=True):
+        for dataset, value in zip(_DATASETS, values, strict=True):
             out.setdefault(("20 neighbors", dataset), {})[method] = value
     return out
 

@@ -143,7 +143,7 @@ def _npz(name: str) -> str:
     return f"npz:{shared_data_dir() / name}"
 
 
-QUICK_GRID = {
+QUICK_GRID: dict[str, dict[str, tuple[Any, ...]]] = {
     "local": {"lr": (0.02, 0.1)},
     "fedavg": {"lr": (0.02, 0.1)},
     "fedprox": {"lr": (0.02, 0.1), "fedprox.mu": (0.01, 0.1)},
@@ -210,7 +210,7 @@ def _quick() -> Preset:
 _PAPER_LR = (0.005, 0.01, 0.05)
 
 
-PAPER_GRID = {
+PAPER_GRID: dict[str, dict[str, tuple[Any, ...]]] = {
     "local": {"lr": _PAPER_LR},
     "fedavg": {"lr": _PAPER_LR},
     "fedprox": {"lr": _PAPER_LR, "fedprox.mu": (0.001, 0.01, 0.1)},
@@ -252,7 +252,7 @@ _FULL_LR = (0.03, 0.1)
 #: `mnist-full`'s grid: the learning rate of every method, and pFedWN's `a` up to 1 (Local),
 #: within the hour on 2 CPU cores (a run of 30 rounds costs about 20 s there); the other
 #: methods' own hyperparameters fixed (`FULL_FIXED`) at values the quick preset chose.
-FULL_GRID = {
+FULL_GRID: dict[str, dict[str, tuple[Any, ...]]] = {
     "local": {"lr": _FULL_LR},
     "fedavg": {"lr": _FULL_LR},
     "fedprox": {"lr": _FULL_LR},
@@ -260,7 +260,7 @@ FULL_GRID = {
     "fedamp": {"lr": _FULL_LR},
     "pfedwn": {"lr": _FULL_LR, "pfedwn.a": (0.5, 0.9, 0.95, 0.99, 1.0)},
 }
-FULL_FIXED = {
+FULL_FIXED: dict[str, dict[str, Any]] = {
     "fedprox": {"mu": 0.01},
     "perfedavg": {"variant": "fo", "alpha": 0.02},
     "fedamp": {"sigma_mode": "auto", "sigma_scale": 0.5},

@@ -110,6 +110,7 @@ def _crossover_section(cross: Mapping[str, Any] | None, p: Preset) -> list[str]:
     from pfedwn_jax.reproduce.crossover import HOLD, markdown
 
     c = p.crossover
+    assert c is not None  # the rows come from a crossover study
     return [
         "## Where collaboration pays (crossover)",
         "",

@@ -175,14 +175,14 @@ def save_sweep(folder: Path, res: SweepResult, runs: Sequence[Mapping[str, Any]]
     (the kept records), then runs.json (what `_cached` checks: written last)."""
     import io
 
-    from pfedwn_jax.io import atomic_write_text, atomic_write_with
+    from pfedwn_jax.io import atomic_write_text, atomic_write_with, write_npz
 
     folder.mkdir(parents=True, exist_ok=True)
     res.to_csv(folder / "rows.csv")
     res.to_json(folder / "sweep.json")
     if res.records:
         buf = io.BytesIO()
-        np.savez(buf, **res.records)
+        write_npz(buf, res.records)
         atomic_write_with(folder / "records.npz", lambda f: f.write(buf.getvalue()))
     atomic_write_text(folder / "runs.json", json.dumps(list(runs), indent=1, default=str))
 

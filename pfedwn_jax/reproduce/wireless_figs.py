@@ -53,7 +53,7 @@ from pfedwn_jax.data import DatasetUnavailableError, client_label_counts, load_d
 from pfedwn_jax.data.plot import plot_label_heatmap
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.experiment.federation import channel_params
-from pfedwn_jax.io import atomic_write_json, atomic_write_text, atomic_write_with
+from pfedwn_jax.io import atomic_write_json, atomic_write_text, atomic_write_with, write_npz
 from pfedwn_jax.plotting import pyplot, save_figure
 from pfedwn_jax.reproduce.cases import Case, paper_cases
 from pfedwn_jax.reproduce.presets import shared_data_dir
@@ -168,9 +168,13 @@ def fig4(
             )
         )
     files.append(_write_csv(out / "fig4_links.csv", rows))
-    field = {"axis_m": axis, "perr": np.stack(fields), "gamma_th": [c.gamma_th for c in cases]}
+    arrays = {
+        "axis_m": axis,
+        "perr": np.stack(fields),
+        "gamma_th": np.array([c.gamma_th for c in cases]),
+    }
     files.append(
-        atomic_write_with(out / "fig4_field.npz", lambda f: np.savez_compressed(f, **field))
+        atomic_write_with(out / "fig4_field.npz", lambda f: write_npz(f, arrays, compressed=True))
     )
     record = {
         "figure": "fig4",

@@ -15,7 +15,7 @@ import numpy as np
 
 from pfedwn_jax.algorithms import hparams_dict
 from pfedwn_jax.results.metrics import accuracy_stats
-from pfedwn_jax.results.table import Track
+from pfedwn_jax.results.table import Track, listed
 
 PER_SLOT = {
     "accuracy": "client_accuracy",
@@ -41,7 +41,7 @@ def method_entry(track: Track, hp: Any, record_every: int, last: int) -> dict[st
         "record_every": int(record_every),
         "record_last": int(last),
     }
-    entry.update({name: track.metric(name).tolist() for name in track.metrics})
+    entry.update({name: listed(track.metric(name)).tolist() for name in track.metrics})
     acc = track.array("accuracy")
     entry["client_accuracy_stats"] = accuracy_stats(acc if acc is not None else np.zeros((0, 0)))
     entry["recorded_rounds"] = kept.tolist()
@@ -51,7 +51,7 @@ def method_entry(track: Track, hp: Any, record_every: int, last: int) -> dict[st
             entry[name] = values[rows].tolist()
     entry["records"] = {}
     for key in track.records:
-        values = track.record(key)
+        values = listed(track.record(key))
         entry["records"][key] = (values if values.ndim == 1 else values[rows]).tolist()
     entry["diverged"] = track.diverged
     target = np.asarray(entry.get("target_accuracy", []), float)

@@ -57,7 +57,7 @@ def accuracy_stats(acc: np.ndarray) -> dict[str, list[float]]:
     return {"mean": mean.tolist(), **{f"q{q}": quant[i].tolist() for i, q in enumerate(QUANTILES)}}
 
 
-RoundMetric = Callable[[Rounds], np.ndarray]
+RoundMetric = Callable[[Rounds], np.ndarray | None]
 _METRICS: dict[str, RoundMetric] = {}
 
 

@@ -95,6 +95,12 @@ def _joined(blocks: list[np.ndarray] | None) -> np.ndarray | None:
     return None if not blocks else np.concatenate(blocks, axis=0)
 
 
+def listed(values: np.ndarray | None) -> np.ndarray:
+    """`Track.metric/array/record` of a key the track lists: present, never None."""
+    assert values is not None
+    return values
+
+
 class Table:
     """Per run and method, the rounds done so far (see the module docstring)."""
 

@@ -109,8 +109,16 @@ def options_of(
     max_runs: int | None = None,
     writers: Sequence[Any] = (),
     block_seconds: float = 2.0,
+    save_models: str | Path | None = None,
 ) -> Options:
-    """Checked `Options`."""
+    """Checked `Options` (`save_models`: a directory this process can write, or None)."""
+    for w in writers:
+        if not (callable(getattr(w, "log", None)) and callable(getattr(w, "close", None))):
+            raise ValueError(
+                f"writers must have log(event) and close() (runner.writers); got {w!r}"
+            )
+    if save_models is not None:
+        save_models = check_writable_dir(save_models, "save_models")
     return Options(
         block=None if block is None else check_int("block", block, 1),
         block_seconds=block_seconds,
@@ -120,6 +128,7 @@ def options_of(
         checkpoint_every=check_int("checkpoint_every", checkpoint_every, 1),
         max_runs=None if max_runs is None else check_int("max_runs", max_runs, 1),
         writers=tuple(writers),
+        save_models=save_models,
     )
 
 
@@ -150,6 +159,27 @@ def mesh_for(exps: Sequence[Experiment], mesh: Mesh | None, shards: int | None =
 
 def labels_of(configs: Sequence[ExperimentConfig]) -> list[dict[str, Any]]:
     return [{"seed": c.seed} for c in configs]
+
+
+def case_labels(configs: Sequence[ExperimentConfig]) -> list[dict[str, Any]]:
+    """Each run's labels for `runs`: its seed and the top-level config values that differ
+    between the runs (the CLI's cases: `dataset`, `gamma_th`, `target`), so that every run
+    has its own name in the metric writers (its TensorBoard directory, its W&B run); `run`
+    (the index) is added where two runs would still share one."""
+    dicts = [c.to_dict() for c in configs]
+    keys = [
+        k
+        for k, v in dicts[0].items()
+        if k != "seed"
+        and not isinstance(v, dict | list)
+        and len({repr(d.get(k)) for d in dicts}) > 1
+    ]
+    labels = [
+        {"seed": c.seed, **{k: d[k] for k in keys}} for c, d in zip(configs, dicts, strict=True)
+    ]
+    if len({repr(lbl) for lbl in labels}) < len(labels):
+        labels = [{**lbl, "run": i} for i, lbl in enumerate(labels)]
+    return labels
 
 
 def writers_with(writers: Sequence[Any], callback: Any) -> tuple:
@@ -205,6 +235,7 @@ def runs(
     records: Any = ALL,
     writers: Sequence[Any] = (),
     mesh: Mesh | None = None,
+    save_models: str | Path | None = None,
 ) -> list:
     """`run` of several configs as one job (one `Result` each; arguments as `run`'s): runs
     whose shapes allow it share compiled programs, and one checkpoint covers them all."""
@@ -217,12 +248,13 @@ def runs(
         on_divergence=on_divergence,
         checkpoint_every=checkpoint_every,
         writers=writers_with(writers, callback),
+        save_models=save_models,
     )
     check_checkpoint_path(checkpoint, resume, overwrite)
     exps, setup_s = setup_runs(configs)
     table, meta = execute_runs(
         exps,
-        labels_of(configs),
+        case_labels(configs),
         mesh=mesh_for(exps, mesh, shards),
         options=options,
         checkpoint=checkpoint,
@@ -247,6 +279,7 @@ def run(
     records: Any = ALL,
     writers: Sequence[Any] = (),
     mesh: Mesh | None = None,
+    save_models: str | Path | None = None,
 ):
     """Run every method of `config` on the same network and partition: a sweep of one run.
 
@@ -260,8 +293,9 @@ def run(
       resume: continue from `checkpoint` (same config and data) where it stopped.
       overwrite: discard a checkpoint already in `checkpoint` and start over.
       callback: `callback(method, rounds_done, metrics)` after each round (after the block's
-        checkpoint files are written); `metrics` holds every registered metric
-        (`target_accuracy`, `target_loss`, ...) and `client_accuracy [S]`.
+        checkpoint files are written; a resumed run calls it again for the rounds after the
+        last complete step); `metrics` holds every registered metric (`target_accuracy`,
+        `target_loss`, ...) and `client_accuracy [S]`.
       shards: devices the slots are split over (None: all devices of the default backend
         that get at least `engine.sharding.MIN_SLOTS_PER_SHARD` slots; on a CPU call
         `pfedwn_jax.use_cpu_devices()` first to get one per core). Results do not depend
@@ -272,29 +306,21 @@ def run(
       block: rounds per compiled call (None: adapted so the progress moves about every two
         seconds; 1: the host sees every round). Results do not depend on it.
       records: the per-round records kept (`"all"`, or names such as `("pi",)`).
-      writers: metric writers (`runner.writers`) that get every block of rounds.
+      writers: metric writers (`runner.writers`: `TensorBoardWriter`, `WandbWriter`,
+        `CSVWriter`, or any object with `log(event)` and `close()`); each round reaches them
+        once, after the checkpoint step that holds it is complete on disk (a resumed run
+        does not log a round twice).
       mesh: a `Mesh(("runs", "slots"))` (default: this run's slots over `shards` devices).
+      save_models: a directory for every slot's final personalised parameters of every
+        method (`runner.saved_models`; read them back with `pfedwn_jax.load_models`).
 
     Returns:
       The `Result` (see `docs/experiments.md`).
     """
+    options = {k: v for k, v in locals().items() if k != "config"}  # every keyword, as given
     if not isinstance(config, ExperimentConfig):
         raise ValueError(f"config must be an ExperimentConfig; got {type(config).__name__}")
-    return runs(
-        [config],
-        progress=progress,
-        checkpoint=checkpoint,
-        resume=resume,
-        overwrite=overwrite,
-        callback=callback,
-        shards=shards,
-        checkpoint_every=checkpoint_every,
-        on_divergence=on_divergence,
-        block=block,
-        records=records,
-        writers=writers,
-        mesh=mesh,
-    )[0]
+    return runs([config], **options)[0]
 
 
 # --------------------------------------------------------------------------- sweeps
@@ -313,6 +339,7 @@ def run_configs(
     on_divergence: str = "stop",
     writers: Sequence[Any] = (),
     checkpoint_every: int = 1,
+    save_models: str | Path | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """Every method of every config (one run each); `(columns, meta, records)`: the tidy
     table's columns, the job's description and the kept records (`"run/method/key" ->
@@ -327,6 +354,7 @@ def run_configs(
         checkpoint_every=checkpoint_every,
         max_runs=max_runs,
         writers=writers,
+        save_models=save_models,
     )
     check_checkpoint_path(checkpoint, resume, overwrite)
     exps, setup_s = setup_runs(configs)
@@ -366,6 +394,7 @@ def sweep(
     on_divergence: str = "stop",
     writers: Sequence[Any] = (),
     checkpoint_every: int = 1,
+    save_models: str | Path | None = None,
 ):
     """Every run of `seeds` x `grid` (`sweeps.grid.expand`), as few compiled programs as
     shapes allow; returns the tidy `SweepResult` (one row per run x method x round).
@@ -376,7 +405,9 @@ def sweep(
     read back with `SweepResult.record`; `checkpoint`/`resume`/`overwrite` as in `run()`;
     `mesh` a `Mesh(("runs", "slots"))` (default: every device on the run axis); `max_runs`
     caps the runs of one program; `on_divergence="stop"` drops a diverged run's rounds after
-    its diverged round (the others go on), `"continue"` keeps them. See docs/sweeps.md.
+    its diverged round (the others go on), `"continue"` keeps them; `writers` and
+    `save_models` as in `run()` (one TensorBoard directory or W&B run per grid point and
+    seed; `load_models` run i is the table's run i). See docs/sweeps.md.
     """
     from pfedwn_jax.sweeps.grid import expand, run_config
     from pfedwn_jax.sweeps.result import SweepResult
@@ -398,14 +429,10 @@ def sweep(
         on_divergence=on_divergence,
         writers=writers,
         checkpoint_every=checkpoint_every,
+        save_models=save_models,
     )
-    meta.update(
-        config=config.to_dict(),
-        seeds=sorted({s.seed for s in specs}),
-        grid={k: list(v) for k, v in (grid or {}).items()},
-        zip=zip,
-        block=block,
-    )
+    meta.update(config=config.to_dict(), seeds=sorted({s.seed for s in specs}))
+    meta.update(grid={k: list(v) for k, v in (grid or {}).items()}, zip=zip, block=block)
     return SweepResult(columns, tuple(grid or {}), meta, kept)
 
 

@@ -78,19 +78,35 @@ def pad_client_data(data: ClientData, clients: int, samples: int) -> ClientData:
     return ClientData(*out)
 
 
+def bucket(n: int) -> int:
+    """`n` rounded up to `m * 2**k` with `m` in {2, 3, 4} (less than half more, about a fifth
+    on average): runs whose largest client differs a little (the seeds of one partition
+    scheme) get the same shapes, hence the same compiled program."""
+    if n <= 4:
+        return n
+    step = 1 << (n.bit_length() - 2)
+    return -(-n // step) * step
+
+
 class Shapes:
     """The common shapes of a group: slots `S`, neighbor list width `K`, data clients `N`
     (the ghost included where some run has padded slots), samples of the train, test and
-    validation splits (0: no validation)."""
+    validation splits (0: no validation).
+
+    In single mode (a target and its few neighbors) the sample counts are `bucket`ed, so a
+    loop of `run()` calls over seeds compiles once; in network mode (thousands of clients,
+    whose memory the plan counts) they are the largest client's."""
 
     def __init__(self, exps: Sequence[Experiment]) -> None:
         self.slots = max(e.federation.num_slots for e in exps)
         self.degree = max(int(e.ctx.neighbors.shape[1]) for e in exps)  # K: max in-degree + 1
         ghost = any(e.federation.num_slots < self.slots for e in exps)
         self.clients = max(e.data.train.num_clients for e in exps) + ghost
-        self.train = max(e.data.train.max_samples for e in exps)
-        self.test = max(e.data.test.max_samples for e in exps)
-        self.val = max(0 if e.data.val is None else e.data.val.max_samples for e in exps)
+        size = bucket if all(e.config.mode == "single" for e in exps) else int
+        self.train = size(max(e.data.train.max_samples for e in exps))
+        self.test = size(max(e.data.test.max_samples for e in exps))
+        val = max(0 if e.data.val is None else e.data.val.max_samples for e in exps)
+        self.val = size(val)
 
 
 def pad_lists(
@@ -111,19 +127,20 @@ def pad_context(exp: Experiment, shapes: Shapes) -> tuple[RoundContext, tuple]:
     """`(ctx, (test, val))` of `exp` padded to `shapes` (see the module docstring); host
     arrays; `val` None without a validation split. Padded slots train on the last data
     client (the ghost, when there are padded slots). The data splits get the ghost client
-    only: `stack_runs(..., pad_ragged=True)` pads their samples into the stacked array."""
+    and their samples padded to `shapes` (`stack_runs` would pad them into the stacked
+    array as well, but a single run must get the bucketed shapes too)."""
     ctx, n = exp.ctx, shapes.slots
     neighbors, mask = pad_lists(
         np.asarray(ctx.neighbors), np.asarray(ctx.neighbor_mask), n, shapes.degree
     )
 
-    def clients(data: ClientData | None) -> ClientData | None:
-        if data is None or data.num_clients == shapes.clients:
+    def clients(data: ClientData | None, samples: int) -> ClientData | None:
+        if data is None or (data.num_clients, data.max_samples) == (shapes.clients, samples):
             return data
-        return pad_client_data(data, shapes.clients, data.max_samples)
+        return pad_client_data(data, shapes.clients, samples)
 
     padded = ctx.replace(
-        train=clients(exp.data.train),
+        train=clients(exp.data.train, shapes.train),
         data_client=_pad_axis(np.asarray(ctx.data_client), 0, n, shapes.clients - 1),
         neighbors=neighbors,
         neighbor_mask=mask,
@@ -134,7 +151,7 @@ def pad_context(exp: Experiment, shapes: Shapes) -> tuple[RoundContext, tuple]:
         momentum=None if ctx.momentum is None else np.asarray(ctx.momentum),
         links=None if ctx.links is None else pad_links(ctx.links, n, shapes.degree),
     )
-    return padded, (clients(exp.data.test), clients(exp.data.val))
+    return padded, (clients(exp.data.test, shapes.test), clients(exp.data.val, shapes.val))
 
 
 def pad_links(links: Any, slots: int, k: int) -> Any:
@@ -155,12 +172,13 @@ def stack_runs(trees: Sequence[Any], *, pad_ragged: bool = True) -> tuple[Any, A
     largest client) are zero-padded at the end of each axis into the stacked array; else
     such leaves are an error. Leaves come back as host arrays (NumPy), not yet placed.
     """
-    flat = [jax.tree_util.tree_flatten(t) for t in trees]
-    treedef = flat[0][1]
+    flat = [jax.tree.flatten(t) for t in trees]
+    treedef: Any = flat[0][1]  # a PyTreeDef: jaxlib ships no type stub of it
     for _, other in flat[1:]:
         if other != treedef:
             raise ValueError(f"runs of one program differ in structure: {treedef} vs {other}")
-    leaves, axes = [], []
+    leaves: list[np.ndarray] = []
+    axes: list[int | None] = []
     for column in zip(*(f[0] for f in flat), strict=True):
         arrays = [np.asarray(a) for a in column]
         same = all(a.shape == arrays[0].shape for a in arrays)
@@ -189,5 +207,6 @@ def _stack_padded(arrays: list[np.ndarray]) -> np.ndarray:
     shape = tuple(int(s) for s in np.max([a.shape for a in arrays], axis=0))
     out = np.zeros((len(arrays), *shape), np.result_type(*arrays))
     for r, a in enumerate(arrays):
-        out[(r, *(slice(0, d) for d in a.shape))] = a
+        where: tuple[int | slice, ...] = (r, *(slice(0, d) for d in a.shape))
+        out[where] = a
     return out

@@ -44,7 +44,7 @@ import numpy as np
 
 from pfedwn_jax import state_store
 from pfedwn_jax.distributed import is_writer
-from pfedwn_jax.io import atomic_write_json, atomic_write_with, check_writable_dir
+from pfedwn_jax.io import atomic_write_json, atomic_write_with, check_writable_dir, write_npz
 
 log = logging.getLogger("pfedwn_jax")
 FORMAT = "pfedwn-checkpoint/2"
@@ -292,7 +292,7 @@ class Checkpoint:
         if not is_writer():
             return
         buf = io.BytesIO()
-        np.savez(buf, **arrays)
+        write_npz(buf, arrays)
         (self.dir / BLOCKS).mkdir(exist_ok=True)
         atomic_write_with(self.dir / BLOCKS / _block_name(entry), lambda f: f.write(buf.getvalue()))
 
@@ -305,6 +305,11 @@ class Checkpoint:
             atomic_write_json(self.dir / JOB, self.job)
             self._job_written = True
         self._writer.save(self.step, state, {**meta, "fingerprint": self.fp, "format": FORMAT})
+
+    def wait(self) -> None:
+        """Return when every step committed so far is complete on disk."""
+        if self._writer is not None:
+            self._writer.wait()
 
     def remove(self) -> None:
         """Delete the checkpoint's files (in the writer process), keeping the directory."""

@@ -13,6 +13,7 @@ Results do not depend on the block lengths: round `r`'s key is `fold_in(round_ro
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Sequence
@@ -25,11 +26,12 @@ from jax.sharding import Mesh
 from pfedwn_jax.algorithms import get_algorithm, hparam_leaves, static_hparams
 from pfedwn_jax.distributed import gather_to_host
 from pfedwn_jax.experiment.setup import Experiment
-from pfedwn_jax.results.table import RunInfo, Table
+from pfedwn_jax.results.table import RunInfo, Table, listed
 from pfedwn_jax.runner.checkpoint import Checkpoint
 from pfedwn_jax.runner.groups import Group, axes_key, init_states, make_group, plan_programs
-from pfedwn_jax.runner.program import ALL, block_program
+from pfedwn_jax.runner.program import ALL, block_program, params_program
 from pfedwn_jax.runner.progress import progress_bar
+from pfedwn_jax.runner.saved_models import ModelSaver
 from pfedwn_jax.runner.step import init_state, round_step
 from pfedwn_jax.runner.writers import Logged
 
@@ -49,6 +51,7 @@ class Options:
     checkpoint_every: int = 1
     max_runs: int | None = None
     writers: tuple = ()
+    save_models: Any = None
 
 
 class Blocks:
@@ -101,9 +104,31 @@ class Job:
         self.compile_s = dict(saved.meta.get("compile_s", {})) if saved else {}
         self.timings = {"compile_s": 0.0, "run_s": 0.0}
         self.shapes: dict[tuple, dict[str, tuple]] = {}  # record shapes of unpadded runs
+        self.unsent: list[tuple[int, str, int, int]] = []  # (run, method, lo, hi) not logged
+        self.covered = 0  # entries of `unsent` the latest checkpoint step covers
+        self.saver = (
+            ModelSaver(
+                options.save_models, exps, labels, self.programs, self.methods, fresh=not saved
+            )
+            if options.save_models is not None
+            else None
+        )
+        if self.saver is not None and saved:
+            self.saver.check_resumed(self.finished)
 
     # ------------------------------------------------------------------ the run
     def run(self) -> None:
+        """Every (program, method) not yet finished; then the writers get the last rounds
+        (also when interrupted: those of the last complete checkpoint step)."""
+        try:
+            self._run()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self._flush()
+            raise
+        self._flush()
+
+    def _run(self) -> None:
         restored = self._restore()
         self._replay()
         for gi in range(len(self.groups)):
@@ -111,7 +136,7 @@ class Job:
                 if (gi, name) in self.finished:
                     continue
                 here = self.current is not None and tuple(self.current[:2]) == (gi, name)
-                start = int(self.current[2]) if here else 0
+                start = int(self.current[2]) if here and self.current is not None else 0
                 self._method(gi, name, restored if here else None, start)
                 restored = None
 
@@ -150,9 +175,8 @@ class Job:
         state = template if state is None else state
         kmax = capacity(rounds, self.opt.block)
         key = axes_key(group, state, hp_axes)
-        program = block_program(
-            alg, kmax, self._records(), key, self.mesh, len(group.ids), group.shapes.slots
-        )
+        dims = (len(group.ids), group.shapes.slots)
+        program = block_program(alg, kmax, self._records(), key, self.mesh, *dims)
         args = (group.ctx, group.evals, hp, group.round_roots)
         compiled = self._compile(gi, name, program, state, args)
         sizes = Blocks(rounds, self.opt.block, kmax, self.opt.block_seconds)
@@ -170,8 +194,12 @@ class Job:
                 sizes.observe(n, seconds)
                 self.timings["run_s"] += seconds
                 kept = self._add(gi, name, done, n, block, seconds)
+                self._queue(name, kept)
                 done += n
                 finished = done >= rounds or not self.table.active(group.real_ids, name)
+                if finished and self.saver is not None:
+                    params = params_program(alg, key, self.mesh, *dims)(state, group.ctx, hp)
+                    self.saver.save(gi, name, params)  # before the commit that ends it
                 if finished or done - saved_at >= self.opt.checkpoint_every:
                     self._commit(gi, name, done, None if finished else state, finished)
                     saved_at = done
@@ -224,27 +252,60 @@ class Job:
             own["records"] = {f: _trim(v, self.shapes[key][f]) for f, v in own["records"].items()}
         return own
 
-    def _log(self, name: str, kept: dict[int, int]) -> None:
-        """The block's new rounds of every run (`kept`: run -> rounds) to the writers."""
+    def _queue(self, name: str, kept: dict[int, int]) -> None:
+        """The block's new rounds of every run (`kept`: run -> rounds), for the writers once
+        a complete checkpoint step holds them (`_send`)."""
         for run, n in kept.items():
-            if n and self.opt.writers:
-                self._log_run(run, name, n)
+            if n:
+                end = self.table.track(run, name).rounds
+                self.unsent.append((run, name, end - n, end))
 
-    def _log_run(self, run: int, name: str, kept: int) -> None:
-        track = self.table.track(run, name)
-        end = track.rounds
-        lo = end - kept
-        event = Logged(
+    def _log(self, name: str, kept: dict[int, int]) -> None:
+        """The block's new rounds to the live writers now; without a checkpoint, everything
+        queued to the others too."""
+        for run, n in kept.items():
+            end = self.table.track(run, name).rounds
+            for writer in self.opt.writers:
+                if n and getattr(writer, "live", False):
+                    writer.log(self._event(run, name, end - n, end))
+        if self.ckpt is None:
+            self._send(len(self.unsent))
+
+    def _send(self, count: int) -> None:
+        """The first `count` entries of `unsent` to the (not live) writers."""
+        ready, self.unsent = self.unsent[:count], self.unsent[count:]
+        self.covered -= count
+        writers = [w for w in self.opt.writers if not getattr(w, "live", False)]
+        for run, name, lo, hi in ready if writers else ():
+            event = self._event(run, name, lo, hi)
+            for writer in writers:
+                writer.log(event)
+
+    def _flush(self) -> None:
+        """Send what the latest checkpoint step covers, once it is complete on disk."""
+        if self.ckpt is not None:
+            self.ckpt.wait()
+        self._send(self.covered if self.ckpt is not None else len(self.unsent))
+
+    def _event(self, run: int, name: str, lo: int, hi: int) -> Logged:
+        """Rounds `lo + 1 .. hi` of run `run` and method `name` as a writer event."""
+        track, exp = self.table.track(run, name), self.exps[run]
+        return Logged(
             run=run,
             labels=self.table.labels[run],
             method=name,
-            rounds=np.arange(lo + 1, end + 1),
-            metrics={k: track.metric(k)[lo:end] for k in track.metrics},
-            arrays={k: track.array(k)[lo:end] for k in track.arrays if k != "finite"},
-            records={k: track.record(k)[lo:end] for k in track.records},
+            rounds=np.arange(lo + 1, hi + 1),
+            metrics={k: listed(track.metric(k))[lo:hi] for k in track.metrics},
+            arrays={k: listed(track.array(k))[lo:hi] for k in track.arrays if k != "finite"},
+            records={k: listed(track.record(k))[lo:hi] for k in track.records},
+            config=exp.config.to_dict(),
+            slots={
+                "is_target": np.asarray(exp.federation.is_target, bool),
+                "slot_client": np.asarray(exp.federation.data_client),
+                "neighbors": np.asarray(exp.ctx.neighbors),
+                "neighbor_mask": np.asarray(exp.ctx.neighbor_mask, bool),
+            },
         )
-        for writer in self.opt.writers:
-            writer.log(event)
 
     def _commit(self, gi: int, name: str, done: int, state: Any, finished: bool) -> None:
         if self.ckpt is None:
@@ -258,7 +319,9 @@ class Job:
             "blocks": self.blocks,
         }
         meta = {"programs": self.programs, "progress": progress, "compile_s": self.compile_s}
-        self.ckpt.commit(meta, state)
+        self.ckpt.commit(meta, state)  # returns once the previous step is complete on disk
+        self._send(self.covered)
+        self.covered = len(self.unsent)
 
     # ------------------------------------------------------------------ progress
     def _bar(self, gi: int, name: str, rounds: int, start: int) -> Bar:

@@ -145,7 +145,7 @@ def format_bytes(n: int) -> str:
 
 def tree_bytes(tree: Any) -> int:
     """Bytes of every array leaf of `tree` (arrays or `jax.ShapeDtypeStruct`s)."""
-    return sum(_leaf_bytes(leaf) for leaf in jax.tree_util.tree_leaves(tree))
+    return sum(_leaf_bytes(leaf) for leaf in jax.tree.leaves(tree))
 
 
 def _leaf_bytes(leaf: Any) -> int:
@@ -240,7 +240,7 @@ def sample_bytes(model: Model) -> tuple[int, int]:
 
     Traced only (`jax.make_jaxpr` on abstract inputs): nothing is allocated or compiled.
     """
-    params = jax.eval_shape(model.init, jax.random.PRNGKey(0))
+    params = jax.eval_shape(model.init, jax.random.key(0))
 
     def args_at(b: int) -> tuple:
         x = jax.ShapeDtypeStruct((b, *model.input_shape), jnp.dtype(model.input_dtype))
@@ -430,8 +430,8 @@ def _concrete(x: Any) -> bool:
 def _abstract_state(alg: Algorithm, hp: Any, ctx: RoundContext) -> Any:
     """`alg.init`'s state as `ShapeDtypeStruct`s. A context of concrete arrays is closed over
     (so pFedWN lists only the real EM pairs); an abstract one is traced."""
-    key = jax.random.PRNGKey(0)
-    if all(_concrete(leaf) for leaf in jax.tree_util.tree_leaves(ctx)):
+    key = jax.random.key(0)
+    if all(_concrete(leaf) for leaf in jax.tree.leaves(ctx)):
         return jax.eval_shape(lambda k: alg.init(k, ctx, hp), key)
     return jax.eval_shape(lambda k, c: alg.init(k, c, hp), key, ctx)
 
@@ -448,7 +448,7 @@ def _epoch_steps(ctx: RoundContext) -> int:
 
 def _sizes(ctx: RoundContext, test: ClientData, state: Any, chunk: int | None) -> _Sizes:
     model = ctx.model
-    params = jax.eval_shape(model.init, jax.random.PRNGKey(0))
+    params = jax.eval_shape(model.init, jax.random.key(0))
     train_sample, eval_sample = sample_bytes(model)
     epoch = _epoch_steps(ctx)
     del state

@@ -53,7 +53,7 @@ def _select(out: RoundOut, records: Any) -> RoundOut:
     """`out` with the records a program keeps: all, or those named in `records`."""
     if records == ALL:
         return out
-    return out._replace(records={k: v for k, v in out.records.items() if k in records})
+    return out.replace(records={k: v for k, v in out.records.items() if k in records})
 
 
 def _block(alg: Algorithm, kmax: int, records: Any, state, ctx, evals, hp, root, start, n):
@@ -153,6 +153,27 @@ def block_program(
     return jax.jit(placed, donate_argnums=0)
 
 
+def _eval_params(alg: Algorithm, state, ctx, hp):
+    """One run's personalised models `[S, ...]` (what its slots are evaluated with)."""
+    return alg.eval_params(state.alg, ctx, hp)
+
+
+@functools.lru_cache(maxsize=64)
+def params_program(alg: Algorithm, axes_key: AxesKey, mesh: Mesh, runs: int, slots: int):
+    """The jitted, run-vmapped `alg.eval_params`: `(state, ctx, hp) -> params [R, S, ...]`,
+    placed like the state (runs over `"runs"`, slots over `"slots"`): the models a run
+    keeps (`save_models`), computed where the state lives, nothing gathered."""
+    state_axes, ctx_axes, _, hp_axes = axes_key.axes
+    fn = functools.partial(_eval_params, alg)
+    local = _sharded(fn, (state_axes, ctx_axes, hp_axes), 0, mesh, runs)
+
+    def placed(*args: Any) -> Any:
+        keep = lambda a: jax.lax.with_sharding_constraint(a, sharding(0, a, mesh, slots))
+        return jax.tree.map(keep, local(*args))
+
+    return jax.jit(placed)
+
+
 @functools.lru_cache(maxsize=64)
 def init_program(alg: Algorithm, axes_key: AxesKey, mesh: Mesh, runs: int):
     """The jitted, run-vmapped `init_state` of `alg`: `(hp, init_keys, ctx, params) ->
@@ -174,7 +195,7 @@ class AxesKey:
 
     def __init__(self, *axes: Any) -> None:
         self.axes = axes
-        flat = [jax.tree_util.tree_flatten(a, is_leaf=_is_none) for a in axes]
+        flat = [jax.tree.flatten(a, is_leaf=_is_none) for a in axes]
         self._key = tuple((tuple(leaves), treedef) for leaves, treedef in flat)
 
     def __hash__(self) -> int:

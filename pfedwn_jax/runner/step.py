@@ -13,7 +13,7 @@ Pure and jittable; `jax.eval_shape` of a round works.
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple
+from typing import Any
 
 import flax.struct
 import jax
@@ -30,8 +30,7 @@ from pfedwn_jax.experiment.links import begin_round, end_round, init_track, need
 METRICS = ("accuracy", "loss", "finite", "val_accuracy")
 
 
-@flax.struct.dataclass
-class RunState:
+class RunState(flax.struct.PyTreeNode):
     """Everything of one run and method that lives across rounds.
 
     Attributes:
@@ -44,7 +43,7 @@ class RunState:
     links: Any = None
 
 
-class RoundOut(NamedTuple):
+class RoundOut(flax.struct.PyTreeNode):
     """What a round produces besides the next state.
 
     Attributes:

@@ -84,7 +84,8 @@ class RunSpec(NamedTuple):
     (`{"lr": 0.05, "pfedwn.a": 0.3}`); empty when nothing but the seed is swept.
     """
 
-    index: int
+    # shadows `tuple.index`; a public field name older than the type check
+    index: int  # type: ignore[assignment]
     seed: int
     values: dict[str, Any]
 

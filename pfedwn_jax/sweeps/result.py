@@ -3,8 +3,8 @@
 One row per run x method x round (columns in `COLUMNS`, plus one per swept key). Everything
 else is computed from the rows on the host with numpy: `summary()` (per grid point and method:
 mean, standard deviation and Student-t 95% interval over seeds of the final, last-`window`-round
-mean and maximum target accuracy), `curves()` (the same per round), CSV/JSON files and plots.
-The t quantile is `scipy.stats.t.ppf` (`student_t_ppf` checks its arguments).
+mean and maximum target accuracy; intervals in `sweeps.stats`), `curves()` (the same per
+round), CSV/JSON files, and plots (`sweeps.plots`).
 See `docs/sweeps.md` ("Outputs").
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import functools
 import io
 import json
 import math
@@ -23,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from pfedwn_jax._checks import check_choice, check_float, check_int
+from pfedwn_jax._checks import check_choice, check_int
 from pfedwn_jax.experiment.results import to_jsonable
 from pfedwn_jax.frames import pandas_module
 from pfedwn_jax.io import (
@@ -31,8 +30,12 @@ from pfedwn_jax.io import (
     atomic_write_text,
     atomic_write_with,
     check_writable_dir,
+    write_npz,
 )
-from pfedwn_jax.plotting import pyplot, save_figure
+from pfedwn_jax.plotting import pyplot
+from pfedwn_jax.sweeps import plots
+from pfedwn_jax.sweeps.plots import shown as _shown
+from pfedwn_jax.sweeps.stats import LEVEL, mean_std_ci, t_interval
 
 SCHEMA = "pfedwn-sweep/1"
 SUMMARY_SCHEMA = "pfedwn-sweep-summary/1"
@@ -45,50 +48,8 @@ ROUND_COLUMNS["diverged"] = "bool"
 COLUMNS = (*RUN_COLUMNS, *ROUND_COLUMNS)
 # per-run statistics of target accuracy: last round, mean of the last `window` rounds, maximum
 STATS = ("final", "last", "max")
-_BAR = ("mean", "ci_low", "ci_high")  # the summary entries an error bar is drawn from
-LEVEL = 0.95  # confidence level of every interval
 _NUMPY_KINDS = {"int": "iu", "float": "fiu", "bool": "b", "str": "U"}
 _SWEPT_KINDS = "biufU"
-
-
-# --------------------------------------------------------------------------- statistics
-@functools.cache
-def _t_distribution() -> Any:
-    """`scipy.stats.t`; imported on first use (scipy.stats takes about 0.5 s to import)."""
-    from scipy import stats
-
-    return stats.t
-
-
-def student_t_ppf(p: float, df: int) -> float:
-    """The `p` quantile of Student's t distribution with integer `df >= 1` degrees of freedom
-    (`scipy.stats.t.ppf`, with both arguments checked: a `ValueError` names a bad one)."""
-    p = check_float("p", p, 0.0, 1.0, low_inclusive=False, high_inclusive=False)
-    df = check_int("df", df, 1)
-    return float(_t_distribution().ppf(p, df))
-
-
-def _t_interval(mean: np.ndarray, std: np.ndarray, n: np.ndarray, level: float = LEVEL):
-    """(low, high) = mean -+ t_{(1+level)/2, n-1} std / sqrt(n), elementwise; NaN where n < 2."""
-    mean, std, n = np.broadcast_arrays(*map(np.asarray, (mean, std, n)))
-    df = np.where(n > 1, n - 1, np.nan)  # scipy's quantile is NaN for a NaN df
-    half = _t_distribution().ppf(0.5 + level / 2, df) * std / np.sqrt(np.maximum(n, 1))
-    return mean - half, mean + half
-
-
-def mean_std_ci(values: Any, level: float = LEVEL) -> tuple[float, float, float, float]:
-    """(mean, std, ci_low, ci_high) of `values [n]` over seeds.
-
-    std has ddof=1 (0 for n = 1); the interval is Student-t, mean -+ t_{(1+level)/2, n-1}
-    std / sqrt(n), with NaN bounds for n = 1. NaN in `values` gives NaN (never dropped).
-    """
-    x = np.asarray(values, dtype=float).ravel()
-    if x.size == 0:
-        raise ValueError("mean_std_ci needs at least one value; got none")
-    level = check_float("level", level, 0.0, 1.0, low_inclusive=False, high_inclusive=False)
-    std = float(np.std(x, ddof=1)) if x.size > 1 else 0.0
-    lo, hi = _t_interval(np.mean(x), std, x.size, level)
-    return float(np.mean(x)), std, float(lo), float(hi)
 
 
 # --------------------------------------------------------------------------- column checks
@@ -127,11 +88,6 @@ def _codes(columns: Sequence[np.ndarray], length: int) -> tuple[np.ndarray, np.n
 def _scalar(value: Any) -> Any:
     """A numpy scalar as the Python scalar JSON and f-strings expect."""
     return value.item() if hasattr(value, "item") else value
-
-
-def _shown(value: Any) -> str:
-    """A swept value for tables, labels and tick marks (floats in `%g`)."""
-    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 # --------------------------------------------------------------------------- the result
@@ -369,7 +325,7 @@ class SweepResult:
                 mean = np.nansum(x, axis=0) / np.where(n > 0, n, np.nan)
                 var = np.nansum((x - mean) ** 2, axis=0) / np.where(n > 1, n - 1, np.nan)
             std = np.where(n == 1, 0.0, np.sqrt(var))
-            low, high = _t_interval(mean, std, n)
+            low, high = t_interval(mean, std, n)
             out.append(
                 head
                 | {"round": rounds, "n": n, "mean": mean, "std": std}
@@ -529,127 +485,40 @@ class SweepResult:
         if self.records:
             paths["records"] = out / "records.npz"
             buf = io.BytesIO()
-            np.savez(buf, **self.records)
+            write_npz(buf, self.records)
             atomic_write_with(paths["records"], lambda f: f.write(buf.getvalue()))
         if pyplot() is None or len(self) == 0:
             return paths
-        paths["curves"] = self.plot_curves(out / "curves.png")
+
+        def plotted(name: str, path: Path | None) -> None:
+            if path is not None:  # a plot is None only without matplotlib (checked above)
+                paths[name] = path
+
+        plotted("curves", self.plot_curves(out / "curves.png"))
         if len(self.varying) == 1:
             key = self.varying[0]
             name = "vs_" + re.sub(r"[^A-Za-z0-9._-]", "_", key)
-            paths[name] = self.plot_vs_key(out / f"{name}.png", window=window)
+            plotted(name, self.plot_vs_key(out / f"{name}.png", window=window))
         if len(self.swept) == 2:
             for m in self.methods:
                 heatmap = out / f"heatmap_{m}.png"
-                paths[f"heatmap_{m}"] = self.plot_heatmap(heatmap, m, window=window)
+                plotted(f"heatmap_{m}", self.plot_heatmap(heatmap, m, window=window))
         return paths
 
     # ------------------------------------------------------------------ plots
     def plot_curves(self, path: str | Path, metric: str = "target_accuracy") -> Path | None:
-        """Learning curves: one panel per method, one line per grid point (the mean over its
-        seeds) with a band of the 95% Student-t interval of that mean (no band for one
-        seed; for accuracies, in %, cut to [0, 100]). None (nothing written) without
-        matplotlib."""
-        curves = self.curves(metric)
-        if not curves:
-            raise ValueError("plot_curves: the sweep has no rows")
-        plt = pyplot()
-        if plt is None:
-            return None
-        methods, scale = self.methods, 100.0 if metric.endswith("accuracy") else 1.0
-        points = list(dict.fromkeys(tuple(c[k] for k in self.swept) for c in curves))
-        ncols = min(3, len(methods))
-        nrows = -(-len(methods) // ncols)
-        fig, axes = plt.subplots(
-            nrows, ncols, figsize=(4.2 * ncols, 3.2 * nrows), dpi=120, squeeze=False, sharey=True
-        )
-        for c in curves:
-            ax = axes.flat[methods.index(c["method"])]
-            color = _color(plt, points.index(tuple(c[k] for k in self.swept)), len(points))
-            label = ", ".join(f"{k}={_shown(c[k])}" for k in self.swept) or c["method"]
-            ax.plot(c["round"], scale * c["mean"], color=color, lw=1.4, label=label)
-            band = np.stack([c["ci_low"], c["ci_high"]])
-            band = np.clip(band, 0.0, 1.0) if scale == 100.0 else band  # accuracy: in [0, 1]
-            ax.fill_between(c["round"], *(scale * band), color=color, alpha=0.2, lw=0)
-        for i, ax in enumerate(axes.flat):
-            ax.set_visible(i < len(methods))
-            ax.set(title=methods[i] if i < len(methods) else "", xlabel="communication round")
-            ax.xaxis.get_major_locator().set_params(integer=True)
-            ax.grid(alpha=0.3)
-        for ax in axes[:, 0]:
-            ax.set_ylabel(f"{metric} (%)" if scale == 100.0 else metric)
-        if self.swept:
-            axes.flat[0].legend(fontsize=7)
-        fig.suptitle("mean over seeds; band: 95% confidence interval (Student t)", fontsize=9)
-        fig.tight_layout()
-        return save_figure(fig, path)
+        """Learning curves per method and grid point with 95% bands (`sweeps.plots`)."""
+        return plots.plot_curves(self, path, metric)
 
     def plot_vs_key(self, path: str | Path, stat: str = "final", window: int = 5) -> Path | None:
-        """`stat` target accuracy (%) against the one varying swept key: per method, the mean
-        over seeds with its 95% Student-t interval as error bars (none for one seed). Numbers
-        on a numeric axis (logarithmic when positive and spanning a factor of 20 or more),
-        other values as categories. `ValueError` unless exactly one key varies; None (nothing
-        written) without matplotlib."""
-        if len(self.varying) != 1:
-            raise ValueError(
-                "a plot against a swept key needs exactly one varying key; this sweep varies "
-                f"{list(self.varying)}"
-            )
-        stat = check_choice("stat", stat, STATS)
-        key, summary = self.varying[0], self.summary(window)
-        plt = pyplot()
-        if plt is None:
-            return None
-        values = np.unique(self.rows[key])
-        numeric = values.dtype.kind in "iuf"
-        fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
-        for i, method in enumerate(self.methods):
-            entries = [e for e in summary if e["method"] == method]
-            at = [np.flatnonzero(values == e[key])[0] for e in entries]
-            x = values[at] if numeric else np.asarray(at, float)
-            mean, low, high = (np.array([e[f"{stat}_{k}"] for e in entries]) for k in _BAR)
-            low, high = np.clip(low, 0.0, 1.0), np.clip(high, 0.0, 1.0)  # accuracies
-            err = np.nan_to_num(np.stack([mean - low, high - mean]))  # n = 1: no bar
-            color = _color(plt, i, len(self.methods))
-            style = {"marker": "o", "capsize": 3, "lw": 1.4}
-            ax.errorbar(x, 100 * mean, yerr=100 * err, color=color, label=method, **style)
-        if numeric and values.min() > 0 and values.max() >= 20 * values.min():
-            ax.set_xscale("log")
-        if not numeric:
-            ax.set_xticks(range(values.size), [_shown(v) for v in values.tolist()])
-        what = {"final": "final", "last": f"last-{window}-round mean", "max": "maximum"}[stat]
-        ax.set(xlabel=key, ylabel=f"{what} target accuracy (%)")
-        ax.set_title("mean over seeds; bars: 95% confidence interval (Student t)", fontsize=9)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        return save_figure(fig, path)
+        """`stat` target accuracy against the one varying key (`sweeps.plots`)."""
+        return plots.plot_vs_key(self, path, stat, window)
 
     def plot_heatmap(
         self, path: str | Path, method: str, stat: str = "final", window: int = 5
     ) -> Path | None:
-        """A 2-D grid's mean `stat` target accuracy (%) over seeds of `method`, as a heatmap
-        with the values written in the cells (blank: not run). `ValueError` unless exactly two
-        keys are swept; None (nothing written) without matplotlib."""
-        rows, cols, cells = self.heatmap_values(method, stat, window)
-        plt = pyplot()
-        if plt is None:
-            return None
-        fig, ax = plt.subplots(figsize=(2.5 + 0.9 * len(cols), 2.0 + 0.55 * len(rows)), dpi=120)
-        im = ax.imshow(100 * cells, cmap="viridis", aspect="auto")
-        ax.set_xticks(range(len(cols)), [_shown(v) for v in cols])
-        ax.set_yticks(range(len(rows)), [_shown(v) for v in rows])
-        ax.set(xlabel=self.swept[1], ylabel=self.swept[0])
-        middle = (im.norm.vmin + im.norm.vmax) / 2 if np.isfinite(cells).any() else 0.0
-        for (i, j), v in np.ndenumerate(100 * cells):
-            if np.isfinite(v):
-                color = "white" if v < middle else "black"
-                ax.text(j, i, f"{v:.1f}", ha="center", va="center", color=color, fontsize=8)
-        fig.colorbar(im, ax=ax, label="target accuracy (%)")
-        what = {"final": "final", "last": f"last-{window}-round mean", "max": "maximum"}[stat]
-        ax.set_title(f"{method}: {what} target accuracy, mean over seeds", fontsize=9)
-        fig.tight_layout()
-        return save_figure(fig, path)
+        """A 2-D grid's mean `stat` target accuracy of `method` (`sweeps.plots`)."""
+        return plots.plot_heatmap(self, path, method, stat, window)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -686,10 +555,3 @@ def _from_json_column(entry: dict[str, Any]) -> np.ndarray:
     if dtype.kind == "f":
         values = [math.nan if v is None else float(v) for v in values]
     return np.array(values, dtype=dtype)
-
-
-def _color(plt: Any, i: int, n: int) -> Any:
-    """The colour of line `i` of `n`: tab10 for up to 10, else evenly along viridis."""
-    if n <= 10:
-        return plt.get_cmap("tab10")(i)
-    return plt.get_cmap("viridis")(i / (n - 1))

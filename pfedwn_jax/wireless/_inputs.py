@@ -22,8 +22,7 @@ def float_dtype() -> Any:
     return jnp.result_type(float)
 
 
-@struct.dataclass
-class Links:
+class Links(struct.PyTreeNode):
     """Validated link inputs with a common batch shape `[...]` (default float dtype).
 
     target [..., 2], neighbor [..., n, 2] positions (m), gamma_th [...] SINR threshold,

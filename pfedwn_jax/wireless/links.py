@@ -1,4 +1,4 @@
-"""Per-round link realisations: which transmitted models arrive (issue 10).
+"""Per-round link realisations: which transmitted models arrive.
 
 Pure, jittable functions a compiled training round calls for all links of all targets at
 once; the runner combines them as `received = neighbor_mask & sample(key, ...)`:
@@ -311,8 +311,7 @@ def physical_received(
 # ------------------------------------------------------------------------------- staleness
 
 
-@struct.dataclass
-class LinkAge:
+class LinkAge(struct.PyTreeNode):
     """Per-link age of the last model that arrived: age [S, K] int32, seen [S, K] bool.
 
     age counts rounds since the link last delivered (0: it delivered this round); before its

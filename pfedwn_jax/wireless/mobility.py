@@ -1,4 +1,4 @@
-"""Node mobility between rounds inside the square deployment area [0, area]^2 (issue 10).
+"""Node mobility between rounds inside the square deployment area [0, area]^2.
 
 Two models as `flax.struct.dataclass` states (pytrees: jittable, vmappable over runs):
 
@@ -65,8 +65,7 @@ def reflect(x: Any, area: Any) -> Any:
     return jnp.where(y > area, 2.0 * area - y, y)
 
 
-@struct.dataclass
-class GaussianWalk:
+class GaussianWalk(struct.PyTreeNode):
     """Gaussian random walk, reflected at the walls: positions [N, 2], area, speed."""
 
     positions: Any
@@ -100,8 +99,7 @@ def _advance(pos: Any, goal: Any, travel: Any) -> tuple[Any, Any, Any]:
     return new, jnp.where(reached, travel - dist, 0.0), reached
 
 
-@struct.dataclass
-class RandomWaypoint:
+class RandomWaypoint(struct.PyTreeNode):
     """Random waypoint without pauses: positions, waypoints [N, 2], area, speed."""
 
     positions: Any

@@ -175,6 +175,7 @@ def candidate_neighbors(
     if radius is not None:
         radius = check_float("radius", radius, 0.0, None, low_inclusive=False)
     if k is None:
+        assert radius is not None  # checked above: k or radius
         node, d2, _ = _radius_rows(xy, np.arange(n), radius)
     else:
         check_host_bytes(  # [N, k] indices, distances, mask and their temporaries

@@ -1,9 +1,10 @@
 """Channel parameters of the D2D link model (paper Table I).
 
-`ChannelParams` is a frozen dataclass registered as a JAX pytree: every numeric field is a
-leaf, so a sweep over e.g. the number of sub-channels is one `jax.vmap` over a
-`ChannelParams` whose `num_subchannels` is an array. Validation runs on construction for
-concrete values only (inside `jit`/`vmap` the fields are tracers and are left alone).
+`ChannelParams` is a frozen dataclass registered as a JAX pytree (`flax.struct.PyTreeNode`):
+every numeric field is a leaf, so a sweep over e.g. the number of sub-channels is one
+`jax.vmap` over a `ChannelParams` whose `num_subchannels` is an array. Validation runs on
+construction for concrete values only (inside `jit`/`vmap` the fields are tracers and are
+left alone).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from flax import struct
 
 from pfedwn_jax._checks import check_finite, check_range
 
@@ -47,13 +49,13 @@ def _concrete_numeric(value: Any) -> np.ndarray | None:
     return arr
 
 
-@dataclasses.dataclass(frozen=True)
-class ChannelParams:
+class ChannelParams(struct.PyTreeNode):
     """Physical constants of the wireless model; defaults are the paper's Table I.
 
     Fields may be Python numbers or arrays (for vmapped sweeps). Units: metres, watts,
     hertz, kelvin. `fading_threshold` is beta (on the Rayleigh amplitude), `rayleigh_gamma`
-    is Gamma = E[h^2].
+    is Gamma = E[h^2]. `replace(**changes)` returns a copy with some fields changed
+    (validated again).
     """
 
     area_m: Any = 50.0
@@ -94,10 +96,6 @@ class ChannelParams:
         """Thermal noise power sigma^2 = kappa T W."""
         return self.boltzmann * self.noise_temp_k * self.bandwidth_hz
 
-    def replace(self, **changes: Any) -> ChannelParams:
-        """A copy with some fields changed (validated again)."""
-        return dataclasses.replace(self, **changes)
-
     def to_dict(self) -> dict[str, Any]:
         """Plain-Python dict of the fields (arrays become lists), for JSON records."""
         out = {}
@@ -105,10 +103,3 @@ class ChannelParams:
             v = np.asarray(getattr(self, f.name))
             out[f.name] = v.item() if v.ndim == 0 else v.tolist()
         return out
-
-
-jax.tree_util.register_dataclass(
-    ChannelParams,
-    data_fields=[f.name for f in dataclasses.fields(ChannelParams)],
-    meta_fields=[],
-)

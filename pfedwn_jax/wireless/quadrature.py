@@ -25,9 +25,8 @@ def integrate(fn: Any, lo: Any, hi: Any, num_nodes: int, dtype: Any) -> Any:
     `fn` maps points `[..., num_nodes]` to values of the same shape. Empty or reversed
     intervals (hi <= lo) integrate to 0.
     """
-    nodes, weights = gauss_legendre(num_nodes)
-    nodes = jnp.asarray(nodes, dtype)
-    weights = jnp.asarray(weights, dtype)
+    rule = gauss_legendre(num_nodes)
+    nodes, weights = jnp.asarray(rule[0], dtype), jnp.asarray(rule[1], dtype)
     length = jnp.maximum(hi - lo, 0.0)
     x = lo[..., None] + length[..., None] * nodes
     return length * jnp.sum(weights * fn(x), axis=-1)

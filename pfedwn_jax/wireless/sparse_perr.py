@@ -234,7 +234,7 @@ def _check_links(idx: Any, mask: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
 def _check_gamma(gamma_th: Any, n: int) -> np.ndarray:
     """gamma_th scalar or [N] (per receiver), finite and > 0, as [N]."""
     g = np.asarray(gamma_th, np.float64) if np.ndim(gamma_th) else np.float64(gamma_th)
-    if np.ndim(g) not in (0, 1) or (np.ndim(g) == 1 and len(g) != n):
+    if np.ndim(g) not in (0, 1) or (np.ndim(g) == 1 and g.shape[0] != n):
         raise ValueError(f"gamma_th must be a scalar or have shape [N] = [{n}]; got {np.shape(g)}")
     check_finite("gamma_th", g)
     check_range("gamma_th", g, 0.0, None, low_inclusive=False)
@@ -368,7 +368,7 @@ def traced_error_probability(
         lo, hi = xy.min(axis=0), xy.max(axis=0)
         side = jnp.maximum(jnp.max(hi - lo), jnp.finfo(xy.dtype).tiny)
         box = jnp.stack([lo, lo + side])
-        rho = jnp.full((n,), cutoff, xy.dtype)
+        rho = jnp.full((n,), jnp.inf if cutoff is None else cutoff, xy.dtype)
         sums = _far_field_impl(xy, rho, box, (n - 1) / (side * side), params)
     gamma = jnp.broadcast_to(jnp.asarray(gamma_th, xy.dtype), (n,))
     consts = (params, m1, var1)

@@ -37,12 +37,13 @@ def place_uniform(
 
 
 def topology_keys(seed: int) -> tuple[jax.Array, jax.Array]:
-    """`(placement key, spare key)` of topology seed `seed`: `split(PRNGKey(seed))`.
+    """`(placement key, spare key)` of topology seed `seed`: `split(key(seed))`, typed keys
+    (their key data equal `split(PRNGKey(seed))`'s, so the draws are those of raw keys).
 
     The spare key draws whatever else belongs to the topology (the experiment's random target).
     """
     seed = check_int("seed", seed, 0)
-    k_place, k_spare = jax.random.split(jax.random.PRNGKey(seed))
+    k_place, k_spare = jax.random.split(jax.random.key(seed))
     return k_place, k_spare
 
 
