@@ -10,7 +10,12 @@ nothing is replicated per device), so its memory is its own:
   highest RSS while the run ran (sampled every 20 ms), `run_bytes = rss_peak - rss_before`;
 - `plan_bytes`: the memory plan of the run (`runner.memory.estimate(...).total(1)`);
 - with `--xla`: XLA's `memory_analysis()` of the compiled block (arguments + temporaries +
-  outputs not aliased), compiled again after the run.
+  outputs not aliased), compiled again after the run;
+- `gpu_plan_bytes`: the plan for an accelerator (256 slots trained at once, no CPU runtime).
+
+`--mobile` moves the nodes (`MOBILE`: random waypoint, lists re-selected every round);
+`--data FILE` takes another dataset file of DATA_DIR (e.g. the 12,000-image
+`mnist_10k_2k.npz`); `--plan-only` sets up and plans without running.
 
 Before running, the plan is compared with 80 % of the host's available memory; a case over it
 is recorded as stopped. Each row notes the 1-minute load average when it started.
@@ -23,6 +28,7 @@ into 10,000 clients and node `n` holds data client `n mod 10,000`: a replicated 
 
     python benchmarks/bench_scaling.py                       # N = 10, 100, 1000, 10000
     python benchmarks/bench_scaling.py --nodes 10 100 --models logreg --rounds 2 --xla
+    python benchmarks/bench_scaling.py --one 10000 mlp pfedwn --rounds 2   # one case, JSON
     python benchmarks/bench_scaling.py --plot-from results/bench_scaling_A.json B.json
 
 Writes benchmarks/results/bench_scaling_<UTC>.json and a log-log plot of round time against
