@@ -31,7 +31,7 @@ def _run(**kw):
         ),
     ],
 )
-def test_speed_zero_equals_no_mobility_exactly(mode, kw):
+def test_speed_zero_equals_no_mobility(mode, kw):
     methods = ("pfedwn",) if mode == "single" else ("fedavg", "pfedwn")
     still = _run(mode=mode, algorithms=methods, **{**kw, "mobility": "none"})
     moving = _run(mode=mode, algorithms=methods, speed=0.0, reselect_every=1, **kw)
@@ -40,7 +40,9 @@ def test_speed_zero_equals_no_mobility_exactly(mode, kw):
         for mine, theirs in zip(  # single mode: the extra slots (unselected clients) come last
             moving.methods[m]["client_loss"], still.methods[m]["client_loss"], strict=True
         ):
-            assert mine[: len(theirs)] == theirs, m
+            # to float rounding: the two programs' evaluations reduce over differently padded
+            # (bucketed) sample axes, and XLA may sum them in another order
+            np.testing.assert_allclose(mine[: len(theirs)], theirs, rtol=1e-6, err_msg=m)
         assert not any(moving.methods[m]["records"]["reselected"])
     assert moving.network["mobility"]["rounds"] == [1]
 
