@@ -9,6 +9,7 @@ resolve, a module that fails to import) fails the build.
 
 from __future__ import annotations
 
+import importlib
 import sys
 import warnings
 from pathlib import Path
@@ -27,8 +28,9 @@ def modules() -> list[str]:
 
 
 def main(out: Path = OUT) -> int:
-    for name in pfedwn_jax.__all__:  # lazy names into the module dict, where pdoc looks
-        vars(pfedwn_jax).setdefault(name, getattr(pfedwn_jax, name))
+    for module in map(importlib.import_module, modules()):
+        for name in getattr(module, "__all__", ()):  # lazy names into the dict pdoc reads
+            vars(module).setdefault(name, getattr(module, name))
     pdoc.render.configure(docformat="google", footer_text=f"pfedwn-jax {pfedwn_jax.__version__}")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
