@@ -108,6 +108,25 @@ def test_mnist_full_preset_follows_the_protocol(monkeypatch):
     assert runs.dataset_base(p, spec, "local").model == "cnn"
 
 
+def test_the_preset_caps_the_runs_per_program(monkeypatch):
+    """`Preset.max_runs` reaches `run_configs` for every sweep (mnist-full's 150 pFedWN runs
+    in one plan once outgrew a shared machine's memory)."""
+    import pfedwn_jax.runner.api as api
+
+    seen = []
+
+    def fake(configs, labels, **kw):
+        seen.append(kw["max_runs"])
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr(api, "run_configs", fake)
+    p = dataclasses.replace(presets.PRESETS["tiny"], max_runs=3, methods=("local",))
+    with pytest.raises(RuntimeError, match="stop"):
+        runs.run_tables(p, ("table2",), Path("/nonexistent-out"), log=lambda s: None)
+    assert seen == [3] and presets.PRESETS["mnist-full"].max_runs == 10
+    assert presets.PRESETS["quick"].max_runs is None
+
+
 def test_fixed_variants_need_a_half_in_the_grid():
     p = presets.PRESETS["mnist-full"]
     grids = {**p.grids, "pfedwn": {"lr": (0.1,), "pfedwn.a": (0.9,)}}

@@ -186,3 +186,37 @@ def test_stale_links_and_mobility_sweep_equals_every_run():
     config, grid = _links_and_mobility()
     result = sweep(config, seeds="0-1", grid=grid, progress=False)
     _runs_equal(result, config, expand(config, "0-1", grid))
+
+
+def test_a_job_holds_one_placed_program_at_a_time(monkeypatch):
+    """Programs are placed when run and the previous one is let go: a job's memory is one
+    program's runs, however many programs `max_runs` makes."""
+    import gc
+    import weakref
+
+    from pfedwn_jax.runner import execute
+
+    class Placed:
+        def __init__(self, ids):
+            self.ids = ids
+
+    made = []
+    monkeypatch.setattr(
+        execute, "make_group", lambda ids, exps, mesh: made.append(ids) or Placed(ids)
+    )
+    groups = execute.PlacedGroups([[0, 1], [2, 3], [4]], exps=None, mesh=None)
+    first = weakref.ref(groups[0])
+    assert groups[0] is first() and made == [[0, 1]]  # asked again: not placed again
+    second = groups[1]
+    gc.collect()
+    assert first() is None and second.ids == [2, 3] and len(groups) == 3
+    assert made == [[0, 1], [2, 3]]
+
+
+def test_sweep_split_by_max_runs_equals_one_program():
+    config = ExperimentConfig(**{**VARIED, "rounds": 2}, algorithms=("pfedwn",))
+    one = sweep(config, seeds="0-2", progress=False)
+    split = sweep(config, seeds="0-2", progress=False, max_runs=1)
+    assert split.meta["programs"] > one.meta["programs"]
+    for k in ("target_accuracy", "target_loss"):
+        np.testing.assert_allclose(split.rows[k], one.rows[k], rtol=1e-5, atol=1e-6)

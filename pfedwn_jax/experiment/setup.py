@@ -205,11 +205,30 @@ def round_keys(seed: int) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(jax.random.key_data(init)), np.asarray(jax.random.key_data(rounds))
 
 
-def setup(config: ExperimentConfig) -> Experiment:
-    """Load data, build model, federation and context on the host (nothing is compiled)."""
+def data_key(config: ExperimentConfig) -> tuple:
+    """The fields `load_data` reads: configs with equal keys get the same partitioned data."""
+    c = config
+    seed = c.seed if c.data_seed is None else c.data_seed
+    return (c.dataset or DEFAULT_DATASET, str(c.data_dir), c.num_clients, c.partition, seed,
+            c.alpha, c.train_frac, c.min_samples, c.pool, c.val_fraction,
+            c.classes_per_client, c.max_samples_per_client)  # fmt: skip
+
+
+def setup(
+    config: ExperimentConfig, loaded: dict[tuple, tuple[FederatedData, str]] | None = None
+) -> Experiment:
+    """Load data, build model, federation and context on the host (nothing is compiled).
+    `loaded`: data already loaded, by `data_key` (filled here), so that the runs of a sweep
+    over one partition share one host copy instead of holding one each."""
     if not isinstance(config, ExperimentConfig):
         raise ValueError(f"config must be an ExperimentConfig; got {type(config).__name__}")
-    data, fingerprint = load_data(config)
+    if loaded is None:
+        data, fingerprint = load_data(config)
+    else:
+        key = data_key(config)
+        if key not in loaded:
+            loaded[key] = load_data(config)
+        data, fingerprint = loaded[key]
     model = build_model(config, data.num_classes, data.train.x.shape[2:], data.train.x.dtype)
     fed = mobile_federation(federation_of(config), config)
     ctx = build_context(config, fed, data, model)

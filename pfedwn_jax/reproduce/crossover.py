@@ -90,7 +90,8 @@ def run_crossover(preset: Preset, out: Path, log=print) -> dict[str, Any]:
     for m in (*cross.methods, "pfedwn"):
         grid = {"pfedwn.a": cross.a} if m == "pfedwn" else {}
         folder = out / "sweeps" / f"crossover_{m}"
-        res, _ = run_settings(_settings(preset, m, cases), grid, cross.seeds, cache=folder)
+        sts = _settings(preset, m, cases)
+        res, _ = run_settings(sts, grid, cross.seeds, folder, preset.max_runs)
         sweeps[m] = res
         log(f"crossover {m}: {res.num_runs} runs in {res.meta['wall_s']:.0f} s")
     sizes = _sizes(base, cases, cross.caps, preset.datasets[0].max_samples)

@@ -96,6 +96,8 @@ class Preset:
         a method) or "fixed" (at `a = FIXED_A` and at the default's chosen `a`,
         with the default's chosen lr, paired by seed with the default at the same point).
       crossover: the crossover study's settings (None: the preset has none).
+      max_runs: runs per compiled program (None: as many as the memory plan fits when the
+        sweep starts; on a shared machine other processes may take that memory meanwhile).
     """
 
     name: str
@@ -115,6 +117,7 @@ class Preset:
     em_variants: tuple[Mapping[str, Any], ...] = EM_VARIANTS
     variant_points: str = "tuned"
     crossover: Crossover | None = None
+    max_runs: int | None = None
 
     def __post_init__(self) -> None:
         from pfedwn_jax._checks import check_choice
@@ -285,6 +288,7 @@ def _mnist_full() -> Preset:
         criterion="similarity",
         em_variants=EM_READINGS,
         variant_points="fixed",
+        max_runs=10,
         crossover=Crossover(
             caps=(50, 150, 500, 1500, None), seeds=(0, 1, 2), rounds=30, lr=0.05, a=(0.5, 0.9)
         ),

@@ -128,12 +128,14 @@ def run_settings(
     grid: Mapping[str, Sequence[Any]],
     seeds: Sequence[int],
     cache: Path | None = None,
+    max_runs: int | None = None,
 ) -> tuple[SweepResult, list[dict[str, Any]]]:
     """Every setting x grid point x seed (`sweeps.grid.expand`: grid points in product order,
     seeds innermost) as one `run_configs` call; the `SweepResult` (swept: "case", the grid
     keys and the settings' `extra` labels; pFedWN's `PFEDWN_RECORDS` kept) and every run's
     label and full config (for the CSV/JSON). With `cache`, a sweep already saved there with
-    the same runs is read back instead of run, and a new one is saved there."""
+    the same runs is read back instead of run, and a new one is saved there. `max_runs`: runs
+    per compiled program (None: as many as the memory plan fits)."""
     from pfedwn_jax.runner.api import run_configs
     from pfedwn_jax.sweeps.grid import expand, run_config
 
@@ -147,7 +149,9 @@ def run_settings(
     if cache is not None and (done := _cached(cache, runs)) is not None:
         return done, runs
     t0 = time.perf_counter()
-    columns, meta, kept = run_configs(configs, labels, progress=False, records=PFEDWN_RECORDS)
+    columns, meta, kept = run_configs(
+        configs, labels, progress=False, records=PFEDWN_RECORDS, max_runs=max_runs
+    )
     meta["wall_s"] = time.perf_counter() - t0
     res = SweepResult(columns, swept, meta, kept)
     if cache is not None:
@@ -299,7 +303,7 @@ def run_variants(
         base = _variant_base(preset, spec, over)
         sts += [st._replace(extra=extra) for st in settings(base, ("cases",), preset.criterion)]
     folder = out / "sweeps" / f"{slug(spec.label)}_pfedwn_variants"
-    res, vruns = run_settings(sts, grid, preset.seeds, cache=folder)
+    res, vruns = run_settings(sts, grid, preset.seeds, folder, preset.max_runs)
     label = {"dataset": spec.label, "sweep_wall_s": res.meta["wall_s"]}
     rows = choose(res, list(grid), preset.window, label)
     for r in rows:
@@ -334,7 +338,7 @@ def _fixed_variants(preset, spec, out, rows):
                          ("pfedwn.a", a))  # fmt: skip
                 sts.append(Setting(st.name, cfg, extra))
     folder = out / "sweeps" / f"{slug(spec.label)}_pfedwn_variants"
-    res, vruns = run_settings(sts, {}, preset.seeds, cache=folder)
+    res, vruns = run_settings(sts, {}, preset.seeds, folder, preset.max_runs)
     label = {"dataset": spec.label, "sweep_wall_s": res.meta["wall_s"]}
     new = choose(res, [], preset.window, label)
     for r in new:
@@ -362,7 +366,8 @@ def run_tables(
                 sts = settings(base, (group,), preset.criterion)
                 name = f"{slug(spec.label)}_{m}" + ("" if group == "cases" else f"_{group}")
                 folder = out / "sweeps" / name
-                parts.append(run_settings(sts, preset.grids[m], preset.seeds, cache=folder))
+                grid = preset.grids[m]
+                parts.append(run_settings(sts, grid, preset.seeds, folder, preset.max_runs))
             res = merge_sweeps([r for r, _ in parts])
             runs = [run for _, rs in parts for run in rs]
             label = {"dataset": spec.label, "sweep_wall_s": res.meta["wall_s"]}

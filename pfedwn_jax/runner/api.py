@@ -150,7 +150,8 @@ def setup_runs(configs: Sequence[ExperimentConfig]) -> tuple[list[Experiment], f
     for c in configs:
         if not isinstance(c, ExperimentConfig):
             raise ValueError(f"configs must be ExperimentConfigs; got {type(c).__name__}")
-    return [setup(c) for c in configs], time.perf_counter() - t0
+    loaded: dict[tuple, Any] = {}  # one host copy per distinct partition
+    return [setup(c, loaded) for c in configs], time.perf_counter() - t0
 
 
 def mesh_for(exps: Sequence[Experiment], mesh: Mesh | None, shards: int | None = None) -> Mesh:

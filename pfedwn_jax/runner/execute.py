@@ -79,6 +79,28 @@ def capacity(rounds: int, block: int | None) -> int:
     return max(1, min(rounds, MAX_BLOCK if block is None else block))
 
 
+class PlacedGroups:
+    """The programs' groups, each placed (`make_group`) when asked for; only the latest stays,
+    so a job holds one program's contexts at a time (not every program's, whatever
+    `max_runs` split them into)."""
+
+    def __init__(self, programs: Sequence[Sequence[int]], exps, mesh: Mesh) -> None:
+        self.programs, self.exps, self.mesh = programs, exps, mesh
+        self.at: int | None = None
+        self.group: Group | None = None
+
+    def __len__(self) -> int:
+        return len(self.programs)
+
+    def __getitem__(self, gi: int) -> Group:
+        if self.at != gi or self.group is None:
+            self.at, self.group = None, None  # the previous program's arrays go first
+            group = make_group(self.programs[gi], self.exps, self.mesh)
+            self.at, self.group = gi, group
+            return group
+        return self.group
+
+
 class Job:
     """The state of one `execute`: programs, table, checkpoint progress."""
 
@@ -96,7 +118,7 @@ class Job:
             if saved
             else plan_programs(exps, mesh, max_runs=options.max_runs)
         )
-        self.groups = [make_group(ids, exps, mesh) for ids in self.programs]
+        self.groups = PlacedGroups(self.programs, exps, mesh)
         progress = saved.meta["progress"] if saved else {}
         self.finished = [tuple(x) for x in progress.get("finished", [])]
         self.current = progress.get("current")
