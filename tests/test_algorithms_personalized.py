@@ -317,6 +317,7 @@ def test_pfedwn_full_em_is_e_step_m_step_then_weighted_training():
     np.testing.assert_allclose(pi_d, fixed, atol=1e-4)
 
 
+@pytest.mark.slow  # the quick tier keeps a cheaper check of the same property
 def test_pfedwn_mix_components_mixes_the_fine_tuned_components_when_em_runs():
     """Round 2 (the EM round after one warm-up round): Eq. 5 over M-step 2's components,
     written out per (target, neighbor) pair here, then local training; without M-step 2 the

@@ -25,6 +25,7 @@ def _run(**kw):
     return pfedwn_jax.run(ExperimentConfig(**{**BASE, **kw}), progress=False)
 
 
+@pytest.mark.slow  # the quick tier keeps a cheaper check of the same property
 def test_all_links_failing_makes_pfedwn_local_and_none_failing_changes_nothing():
     methods = ("local", "fedavg", "pfedwn")
     ideal = _run(algorithms=methods)

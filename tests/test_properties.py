@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 from helpers import (
     CLASSES,
     SHAPE,
@@ -158,6 +159,7 @@ def test_padded_samples_and_an_empty_slot_never_change_evaluation(
     assert out["loss"][-1] == 0.0 and out["accuracy"][-1] == 0.0
 
 
+@pytest.mark.slow  # the engine tests keep padded steps and inactive slots in the quick tier
 @settings(max_examples=6)
 @given(counts=counts_st, seed=st.integers(0, 2**16), junk_seed=st.integers(1, 2**16))
 def test_padded_samples_and_an_inactive_slot_never_change_training(

@@ -145,7 +145,7 @@ def test_resolve_shards_and_cpu_devices_errors():
 @pytest.mark.parametrize(
     ("mode", "neighbors", "algorithms"),
     [  # 6 slots split evenly; 5 slots replicated
-        ("network", 5, ("pfedwn", "fedamp")),  # fedavg's averaging: the slow case
+        pytest.param("network", 5, ("pfedwn", "fedamp"), marks=pytest.mark.slow),
         ("single", 4, ("pfedwn",)),
         pytest.param("network", 7, (), marks=pytest.mark.slow, id="every-method-8-slots"),
     ],

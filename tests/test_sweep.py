@@ -213,6 +213,7 @@ def test_a_job_holds_one_placed_program_at_a_time(monkeypatch):
     assert made == [[0, 1], [2, 3]]
 
 
+@pytest.mark.slow  # the quick tier keeps a cheaper check of the same property
 def test_sweep_split_by_max_runs_equals_one_program():
     config = ExperimentConfig(**{**VARIED, "rounds": 2}, algorithms=("pfedwn",))
     one = sweep(config, seeds="0-2", progress=False)
