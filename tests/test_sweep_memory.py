@@ -24,6 +24,7 @@ from pfedwn_jax.experiment import ExperimentConfig
 from pfedwn_jax.experiment.setup import setup
 from pfedwn_jax.models import get_model
 from pfedwn_jax.runner import memory
+from pfedwn_jax.runner import sample_bytes as per_sample
 from pfedwn_jax.runner.api import compiled_block
 from pfedwn_jax.runner.memory import (
     MemoryEstimate,
@@ -202,11 +203,11 @@ def test_growth_hand_computed():
     nested jit."""
     args = lambda b: (jax.ShapeDtypeStruct((b, 10), jnp.float32),)
     inner = lambda x: jnp.tanh(x * 2.0)
-    assert memory._growth(lambda x: jnp.sum(inner(x)), args) == 120
-    assert memory._growth(lambda x: jnp.sum(jax.jit(inner)(x)), args) == 120
+    assert per_sample._growth(lambda x: jnp.sum(inner(x)), args) == 120
+    assert per_sample._growth(lambda x: jnp.sum(jax.jit(inner)(x)), args) == 120
     # a value freed early does not count: tanh(2 x) freed before the second product
     two = lambda x: jnp.sum(jnp.tanh(x * 2.0)) + jnp.sum(x * 3.0)
-    assert memory._growth(two, args) == 120
+    assert per_sample._growth(two, args) == 120
 
 
 # --------------------------------------------------------------------------- plan

@@ -104,6 +104,18 @@ def _check_train_inputs(
         check_shape("active", active, (num_slots,), "[S]")
 
 
+def _placement(
+    state: ClientState, data: ClientData, strategy: str, chunk_size: int | None, shards: Any
+) -> tuple[str, int, int]:
+    """`(strategy, chunk, shards)` resolved for `state`'s slots, the state and the data
+    checked to be placed over those shards."""
+    strategy, chunk = resolve_strategy(strategy, chunk_size, state.num_slots)
+    shards = resolve_shards(shards, state.num_slots)
+    check_placement("state", state, shards)
+    check_placement("data", data, shards)
+    return strategy, chunk, shards
+
+
 def _static_steps_per_epoch(
     data: ClientData, data_client: Any, active: Any, batch_size: int
 ) -> int:
@@ -177,14 +189,9 @@ def local_train(
     _check_train_inputs(model, state, data, data_client, aux, sample_weight, active)
     if slot_ids is not None:
         check_shape("slot_ids", slot_ids, (state.num_slots,), "[S]")
-    batch_size = check_int("batch_size", batch_size, 1)
-    epochs = check_int("epochs", epochs, 1)
-    if num_steps is not None:
-        num_steps = check_int("num_steps", num_steps, 1)
-    strategy, chunk = resolve_strategy(strategy, chunk_size, state.num_slots)
-    shards = resolve_shards(shards, state.num_slots)
-    check_placement("state", state, shards)
-    check_placement("data", data, shards)
+    batch_size, epochs = check_int("batch_size", batch_size, 1), check_int("epochs", epochs, 1)
+    num_steps = None if num_steps is None else check_int("num_steps", num_steps, 1)
+    strategy, chunk, shards = _placement(state, data, strategy, chunk_size, shards)
     fn = _train_donated if donate else _train
     return fn(
         model,
