@@ -112,10 +112,10 @@ def test_reselect_network_mode_keeps_the_k_minus_1_lowest_perr():
         [0.0, 0.0, 0.0, 0.0, 0.0],
     ]
     perr = np.array(rows, np.float32)
-    nbr, mask = reselect(perr, 3, 0.05, single=False, selection=True)
+    nbr, mask = reselect(perr, 3, 0.05, single=False)
     np.testing.assert_array_equal(nbr, [[0, 1, 4], [1, 1, 1], [2, 0, 1], [3, 1, 2], [4, 0, 1]])
     np.testing.assert_array_equal(mask[:, 1:], [[1, 1], [0, 0], [1, 1], [1, 1], [1, 1]])
-    nbr, mask = reselect(perr, 3, 0.05, single=False, selection=False)  # lowest P_err of all
+    nbr, mask = reselect(perr, 3, np.inf, single=False)  # no selection: lowest P_err of all
     np.testing.assert_array_equal(nbr[1], [1, 0, 2])
 
 

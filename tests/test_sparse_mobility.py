@@ -75,7 +75,7 @@ def test_reselect_sparse_keeps_the_lowest_perr_ties_by_index():
     cand = np.array([[4, 2, 1, 3], [0, 2, 3, 4]], np.int32)
     cmask = np.array([[1, 1, 1, 1], [1, 1, 1, 0]], bool)
     cperr = np.array([[0.01, 0.2, 0.01, 0.0], [0.5, 0.02, 0.5, 0.0]], np.float32)
-    nbr, mask, perr = reselect_sparse(cand, cmask, cperr, 3, 0.05, selection=True)
+    nbr, mask, perr = reselect_sparse(cand, cmask, cperr, 3, 0.05)
     # row 0: 3 (0.0), then 1 and 4 tie at 0.01: the lower index, 1; row 1: only 2 (4 masked)
     np.testing.assert_array_equal(nbr, [[0, 1, 3], [1, 2, 1]])
     np.testing.assert_array_equal(mask, [[1, 1, 1], [1, 1, 0]])

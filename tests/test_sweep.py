@@ -181,6 +181,22 @@ def test_stale_links_and_mobility_sweep_like_runs_and_keep_pi():
         )
 
 
+def test_moving_runs_with_and_without_selection_share_one_program():
+    """Selection off is `eps = inf` (an array), not a code path: moving runs with and
+    without channel-aware selection are one program, each run equal to its own `run()`, and
+    without selection a re-selection lists at least as many neighbors."""
+    config = ExperimentConfig(
+        **{**VARIED, "rounds": 3}, algorithms=("local",), mobility="waypoint", speed=2.0,
+        reselect_every=1, link_model="physical",
+    )  # fmt: skip
+    grid = {"selection": [True, False]}
+    result = sweep(config, seeds="0", grid=grid, records=("neighbor_mask",), progress=False)
+    assert result.meta["programs"] == 1 and result.num_runs == 2
+    on, off = (result.record("neighbor_mask", i, "local")[:, 0].sum(-1) for i in (0, 1))
+    assert np.all(off >= on) and np.any(off > on)
+    _runs_equal(result, config, expand(config, "0", grid))
+
+
 @pytest.mark.slow
 def test_stale_links_and_mobility_sweep_equals_every_run():
     config, grid = _links_and_mobility()

@@ -58,13 +58,13 @@ class Motion(flax.struct.PyTreeNode):
 
     Attributes:
       speed: `[]` m/s. dt: `[]` seconds per round. area: `[]` side of the square (m).
-      eps: `[]` selection threshold.
+      eps: `[]` selection threshold (inf without channel-aware selection: every node in
+        range; an array, so runs with and without selection share a program).
       width: `[]` int32, neighbors a re-selection may list (the run's own list width - 1; a
         sweep pads the lists of several runs to the widest).
       model: "waypoint" or "gaussian". Static.
       reselect_every: rounds between re-selections (0: never). Static.
       single: single-target mode (slot 0 selects, its group is fully connected). Static.
-      selection: channel-aware selection (False: every node in range). Static.
       moments: moment mode of the P_err formula. Static.
       track_perr: recompute the listed links' P_err every round (bernoulli with P_err). Static.
       sparse: `SparseMotion` on a network of candidate lists (`candidates`), else None
@@ -79,7 +79,6 @@ class Motion(flax.struct.PyTreeNode):
     model: str = flax.struct.field(pytree_node=False)
     reselect_every: int = flax.struct.field(pytree_node=False)
     single: bool = flax.struct.field(pytree_node=False)
-    selection: bool = flax.struct.field(pytree_node=False)
     moments: str = flax.struct.field(pytree_node=False)
     track_perr: bool = flax.struct.field(pytree_node=False)
     sparse: Any = flax.struct.field(pytree_node=False, default=None)
@@ -177,12 +176,11 @@ def _motion(fed: Federation, config: ExperimentConfig, width: int) -> Motion | N
         speed=jnp.float32(config.speed),
         dt=jnp.float32(config.round_seconds),
         area=jnp.float32(channel_params(config).area_m),
-        eps=jnp.float32(config.eps),
+        eps=jnp.float32(config.eps if config.selection else np.inf),
         width=jnp.int32(width),
         model=config.mobility,
         reselect_every=config.reselect_every,
         single=fed.mode == "single",
-        selection=config.selection,
         moments=config.moments,
         track_perr=config.link_model == "bernoulli" and config.link_failure is None,
         sparse=_sparse_motion(fed, config),
@@ -415,9 +413,7 @@ def _moved(ctx: Any, track: LinkTrack) -> tuple[Any, dict]:
     if m.reselect_every > 0:
         assert full is not None
         due = (track.rounds_done > 0) & (track.rounds_done % m.reselect_every == 0)
-        new_nbr, new_mask = reselect(
-            full, nbr.shape[1], m.eps, m.single, m.selection, m.width, links.active
-        )
+        new_nbr, new_mask = reselect(full, nbr.shape[1], m.eps, m.single, m.width, links.active)
         nbr, mask = jnp.where(due, new_nbr, nbr), jnp.where(due, new_mask, mask)
         changed = due & ((nbr != track.neighbors) | (mask != track.neighbor_mask)).any()
     perr = links.perr
@@ -440,7 +436,7 @@ def _moved_sparse(ctx: Any, track: LinkTrack) -> tuple[Any, dict]:
         cand, cmask, cperr, lperr = _sparse_perr(pos, nbr, mask, links)
         if m.reselect_every > 0:
             due = (track.rounds_done > 0) & (track.rounds_done % m.reselect_every == 0)
-            new = reselect_sparse(cand, cmask, cperr, nbr.shape[1], m.eps, m.selection, m.width)
+            new = reselect_sparse(cand, cmask, cperr, nbr.shape[1], m.eps, m.width)
             nbr, mask = jnp.where(due, new[0], nbr), jnp.where(due, new[1], mask)
             lperr = jnp.where(due, new[2], lperr)
             changed = due & ((nbr != track.neighbors) | (mask != track.neighbor_mask)).any()
@@ -486,17 +482,16 @@ def reselect_sparse(
     cperr: jax.Array,
     k: int,
     eps: jax.Array,
-    selection: bool,
     width: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """`reselect` over candidate lists: row i keeps the (at most `width`, default K - 1)
-    candidates `cand [S, C]` (`cmask`) with `P_err < eps` (all without `selection`), the
+    candidates `cand [S, C]` (`cmask`) with `P_err < eps` (every one with `eps = inf`), the
     lowest P_err first (ties: the lower slot index, as `reselect`). Returns the lists and
     mask `[S, K]` and each listed link's P_err `[S, K]` (column 0 and padding 0)."""
     s, c = cand.shape
     by_index = jnp.argsort(cand, axis=1, stable=True)
     cand, cmask, cperr = (jnp.take_along_axis(a, by_index, 1) for a in (cand, cmask, cperr))
-    ok = cmask & ((cperr < eps) if selection else True)
+    ok = cmask & (cperr < eps)
     chosen = jax.vmap(_lowest, (0, 0, None))(ok, cperr, k - 1 if width is None else width)
     last = jnp.iinfo(jnp.int32).max  # the unchosen after the chosen, these by index
     at = jnp.argsort(jnp.where(chosen, cand, last), axis=1, stable=True)[:, : k - 1]
@@ -548,21 +543,20 @@ def reselect(
     k: int,
     eps: jax.Array,
     single: bool,
-    selection: bool,
     width: jax.Array | None = None,
     active: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Neighbor lists `[S, K]` (the `neighbor_lists` layout) re-selected from `perr [S, S]`.
 
     Network mode: row i keeps the (at most `width`, default K - 1) links j -> i with `P_err <
-    eps` (every link without `selection`) from `active [S]` slots (default all), the lowest
-    P_err first. Single mode: slot 0 selects so, and its group (slot 0 and the selected) is
-    fully connected; every other slot lists only itself.
+    eps` (every link with `eps = inf`: no channel-aware selection) from `active [S]` slots
+    (default all), the lowest P_err first. Single mode: slot 0 selects so, and its group
+    (slot 0 and the selected) is fully connected; every other slot lists only itself.
     """
     s = perr.shape[0]
     limit = k - 1 if width is None else width
     off = ~jnp.eye(s, dtype=bool)
-    ok = off & ((perr < eps) if selection else True)
+    ok = off & (perr < eps)
     if active is not None:
         ok = ok & active[None, :]
     best = jax.vmap(lambda o, p: _lowest(o, p, limit))

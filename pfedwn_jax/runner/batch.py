@@ -56,7 +56,7 @@ def program_key(exp: Experiment) -> tuple:
         c.link_failure is None,
         tuple(sorted(c.channel.items())) if c.link_model == "physical" else (),
         c.stale,
-        (c.mobility, c.reselect_every, c.selection, c.moments) if c.mobility != "none" else (),
+        (c.mobility, c.reselect_every, c.moments) if c.mobility != "none" else (),
     )
 
 
