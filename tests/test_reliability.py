@@ -13,7 +13,7 @@ import optax
 import pytest
 from helpers import CLASSES, SHAPE, TINY_RUN, make_data
 
-from pfedwn_jax.data.batching import fit_batch_size
+from pfedwn_jax.data.batching import clamp_notes_once, fit_batch_size
 from pfedwn_jax.engine import init_client_state, local_train
 from pfedwn_jax.experiment import ExperimentConfig
 from pfedwn_jax.experiment.setup import setup
@@ -30,6 +30,24 @@ def test_fit_batch_size_clamps_to_the_largest_client_with_one_note(caplog):
     assert len(caplog.records) == 1
     assert "1000000" in caplog.text and "800" in caplog.text
     assert fit_batch_size(64, [0, 0]) == 64  # no data at all: left to the engine's checks
+
+
+def test_a_job_notes_a_clamped_batch_once_not_once_per_run(caplog):
+    """Outside a job every clamp is noted; inside one (`setup_runs`), once per batch size."""
+    with caplog.at_level(logging.WARNING, logger="pfedwn_jax"):
+        for _ in range(2):
+            fit_batch_size(64, [5, 30])
+        assert len(caplog.records) == 2
+        caplog.clear()
+        with clamp_notes_once():
+            for counts in ([5, 30], [7, 28], [9, 30]):
+                assert fit_batch_size(64, counts) == max(counts)
+            fit_batch_size(1_000, [5, 30])
+        assert [r.getMessage()[:15] for r in caplog.records] == [
+            "batch_size=64 i",
+            "batch_size=1000",
+        ]
+        assert "every run whose clients are smaller" in caplog.records[0].getMessage()
 
 
 @pytest.mark.parametrize("steps", [None, pytest.param(2, marks=pytest.mark.slow)])

@@ -9,8 +9,11 @@ dropping a partial batch would discard a large share of their data.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -18,6 +21,19 @@ import jax.numpy as jnp
 import numpy as np
 
 log = logging.getLogger("pfedwn_jax")
+#: The batch sizes already noted as clamped in this job (None outside `clamp_notes_once`).
+_noted: contextvars.ContextVar[set[int] | None] = contextvars.ContextVar("noted", default=None)
+
+
+@contextlib.contextmanager
+def clamp_notes_once() -> Iterator[None]:
+    """Inside, a clamped `batch_size` is noted once, not once per run (a sweep of hundreds
+    of capped runs would otherwise repeat the same line hundreds of times)."""
+    token = _noted.set(set())
+    try:
+        yield
+    finally:
+        _noted.reset(token)
 
 
 def steps_per_epoch(max_count: int, batch_size: int) -> int:
@@ -31,18 +47,25 @@ def fit_batch_size(batch_size: int, counts: Any) -> int:
     A batch larger than every client only adds masked slots: one step already sees all of a
     client's samples, so the clamped batch gives the same numbers while the padded one costs
     memory and time in proportion to `batch_size` (a typo such as 1,000,000 can exhaust the
-    machine). A clamp is noted as one warning line on the "pfedwn_jax" logger.
+    machine). A clamp is noted as one warning line on the "pfedwn_jax" logger (once per
+    `batch_size` inside `clamp_notes_once`).
     """
     largest = int(np.max(np.asarray(counts), initial=0))
     if largest < 1 or batch_size <= largest:
         return int(batch_size)
-    log.warning(
-        "batch_size=%d is larger than every client (largest: %d samples); using %d "
-        "(the same numbers, without the padding)",
-        batch_size,
-        largest,
-        largest,
-    )
+    noted = _noted.get()
+    if noted is None or batch_size not in noted:
+        again = "" if noted is None else "; the same for every run whose clients are smaller"
+        log.warning(
+            "batch_size=%d is larger than every client (largest: %d samples); using %d "
+            "(the same numbers, without the padding)%s",
+            batch_size,
+            largest,
+            largest,
+            again,
+        )
+    if noted is not None:
+        noted.add(int(batch_size))
     return largest
 
 

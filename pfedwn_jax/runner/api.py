@@ -18,6 +18,7 @@ import jax
 from jax.sharding import Mesh
 
 from pfedwn_jax._checks import check_int
+from pfedwn_jax.data.batching import clamp_notes_once
 from pfedwn_jax.distributed import make_mesh
 from pfedwn_jax.engine import resolve_shards
 from pfedwn_jax.engine.sharding import slot_mesh
@@ -151,7 +152,9 @@ def setup_runs(configs: Sequence[ExperimentConfig]) -> tuple[list[Experiment], f
         if not isinstance(c, ExperimentConfig):
             raise ValueError(f"configs must be ExperimentConfigs; got {type(c).__name__}")
     loaded: dict[tuple, Any] = {}  # one host copy per distinct partition
-    return [setup(c, loaded) for c in configs], time.perf_counter() - t0
+    with clamp_notes_once():
+        exps = [setup(c, loaded) for c in configs]
+    return exps, time.perf_counter() - t0
 
 
 def mesh_for(exps: Sequence[Experiment], mesh: Mesh | None, shards: int | None = None) -> Mesh:
