@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -27,8 +28,16 @@ from pfedwn_jax.algorithms import get_algorithm, hparam_leaves, static_hparams
 from pfedwn_jax.distributed import gather_to_host
 from pfedwn_jax.experiment.setup import Experiment
 from pfedwn_jax.results.table import RunInfo, Table, listed
+from pfedwn_jax.runner.ahead import Ahead
 from pfedwn_jax.runner.checkpoint import Checkpoint
-from pfedwn_jax.runner.groups import Group, axes_key, init_states, make_group, plan_programs
+from pfedwn_jax.runner.groups import (
+    Group,
+    axes_key,
+    init_states,
+    make_group,
+    plan_programs,
+    state_shapes,
+)
 from pfedwn_jax.runner.program import ALL, block_program, params_program
 from pfedwn_jax.runner.progress import progress_bar
 from pfedwn_jax.runner.saved_models import ModelSaver
@@ -125,6 +134,7 @@ class Job:
         self.blocks = list(progress.get("blocks", []))
         self.compile_s = dict(saved.meta.get("compile_s", {})) if saved else {}
         self.timings = {"compile_s": 0.0, "run_s": 0.0}
+        self.ahead = Ahead()  # the next method's program, compiling while one runs
         self.shapes: dict[tuple, dict[str, tuple]] = {}  # record shapes of unpadded runs
         self.unsent: list[tuple[int, str, int, int]] = []  # (run, method, lo, hi) not logged
         self.covered = 0  # entries of `unsent` the latest checkpoint step covers
@@ -153,14 +163,18 @@ class Job:
     def _run(self) -> None:
         restored = self._restore()
         self._replay()
-        for gi in range(len(self.groups)):
-            for name in self.methods:
-                if (gi, name) in self.finished:
-                    continue
-                here = self.current is not None and tuple(self.current[:2]) == (gi, name)
-                start = int(self.current[2]) if here and self.current is not None else 0
-                self._method(gi, name, restored if here else None, start)
-                restored = None
+        todo = [
+            (gi, name)
+            for gi in range(len(self.groups))
+            for name in self.methods
+            if (gi, name) not in self.finished
+        ]
+        for i, (gi, name) in enumerate(todo):
+            here = self.current is not None and tuple(self.current[:2]) == (gi, name)
+            start = int(self.current[2]) if here and self.current is not None else 0
+            after = todo[i + 1] if i + 1 < len(todo) and todo[i + 1][0] == gi else None
+            self._method(gi, name, restored if here else None, start, after)
+            restored = None
 
     def _restore(self) -> Any:
         """The saved state of the interrupted (program, method), falling back to older
@@ -189,18 +203,20 @@ class Job:
             gi, name, start, n, seconds = entry
             self._add(int(gi), name, int(start), int(n), arrays, float(seconds), save=False)
 
-    def _method(self, gi: int, name: str, state: Any, start: int) -> None:
-        """Rounds `start ..` of method `name` for the runs of program `gi`."""
+    def _method(self, gi: int, name: str, state: Any, start: int, after: Any = None) -> None:
+        """Rounds `start ..` of method `name` for the runs of program `gi`; the program of
+        `after` (the next `(gi, name)` of the same runs) compiles meanwhile (`ahead`)."""
         group, alg = self.groups[gi], get_algorithm(name)
         rounds = group.exps[0].config.rounds
         template, (hp, hp_axes) = init_states(group, name, self.mesh)
         state = template if state is None else state
-        kmax = capacity(rounds, self.opt.block)
         key = axes_key(group, state, hp_axes)
-        dims = (len(group.ids), group.shapes.slots)
+        dims, kmax = (len(group.ids), group.shapes.slots), self.kmax(rounds)
         program = block_program(alg, kmax, self._records(), key, self.mesh, *dims)
         args = (group.ctx, group.evals, hp, group.round_roots)
         compiled = self._compile(gi, name, program, state, args)
+        if after is not None and jax.process_count() == 1:
+            self.ahead.start(after, functools.partial(self._lower, *after))
         sizes = Blocks(rounds, self.opt.block, kmax, self.opt.block_seconds)
         if 0 < start < rounds:  # times from here on are this process's
             for run in group.real_ids:
@@ -228,10 +244,32 @@ class Job:
                 self._log(name, kept)
                 bar.advance(n, self._postfix(group, name))
 
+    def kmax(self, rounds: int) -> int:
+        return capacity(rounds, self.opt.block)
+
+    def _lower(self, gi: int, name: str) -> Any:
+        """Method `name`'s block program for the runs of program `gi` (placed already),
+        compiled from its state's shapes (`state_shapes`): what `ahead` runs."""
+        group = self.groups.group
+        assert group is not None and self.groups.at == gi  # the runs of the current program
+        state, (hp, hp_axes) = state_shapes(group, name, self.mesh)
+        key = axes_key(group, state, hp_axes)
+        dims = (len(group.ids), group.shapes.slots)
+        rounds = group.exps[0].config.rounds
+        alg = get_algorithm(name)
+        program = block_program(alg, self.kmax(rounds), self._records(), key, self.mesh, *dims)
+        args = (group.ctx, group.evals, hp, group.round_roots)
+        return program.lower(state, *args, np.int32(0), np.int32(1)).compile()
+
     def _compile(self, gi: int, name: str, program: Any, state: Any, args: tuple) -> Any:
+        """The block program, compiled ahead (`ahead`) or here; its seconds counted."""
         t0 = time.perf_counter()
-        compiled = program.lower(state, *args, np.int32(0), np.int32(1)).compile()
-        seconds = time.perf_counter() - t0
+        done = self.ahead.take((gi, name))
+        if done is None:
+            compiled = program.lower(state, *args, np.int32(0), np.int32(1)).compile()
+            seconds = time.perf_counter() - t0
+        else:
+            compiled, seconds = done
         self.timings["compile_s"] += seconds
         self.compile_s[f"{gi}/{name}"] = self.compile_s.get(f"{gi}/{name}", 0.0) + seconds
         return compiled

@@ -30,6 +30,7 @@ from pfedwn_jax.runner.program import (
     init_program,
     model_init_program,
     place,
+    sharding,
     share_counters,
 )
 from pfedwn_jax.runner.program import state_axes as counter_axes
@@ -152,9 +153,9 @@ def axes_key(group: Group, state: Any, hp_axes: Any) -> AxesKey:
     return AxesKey(counter_axes(state), group.ctx_axes, group.evals_axes, hp_axes)
 
 
-def init_states(group: Group, name: str, mesh: Mesh) -> tuple[Any, Any]:
-    """`(state, hp_axes)`: every run's initial `RunState` of method `name` (one vmapped
-    program), round counters shared, placed (slots split over `"slots"`)."""
+def _init_inputs(group: Group, name: str, mesh: Mesh) -> tuple[Any, tuple, tuple[Any, Any]]:
+    """`(program, args, (hp, hp_axes))`: the initial state of method `name` is
+    `program(*args)` (the group's initial models computed first, once for every method)."""
     alg = get_algorithm(name)
     hp, hp_axes = stacked_hparams(group, name, mesh)
     key = AxesKey(None, group.ctx_axes, group.evals_axes, hp_axes)
@@ -163,7 +164,33 @@ def init_states(group: Group, name: str, mesh: Mesh) -> tuple[Any, Any]:
         model = group.exps[0].ctx.model
         group.init_params = model_init_program(model, mesh, runs)(group.init_keys)
     program = init_program(alg, key, mesh, runs)
-    state = program(hp, group.init_keys, group.ctx, group.init_params)
-    state = share_counters(state)
+    return program, (hp, group.init_keys, group.ctx, group.init_params), (hp, hp_axes)
+
+
+def init_states(group: Group, name: str, mesh: Mesh) -> tuple[Any, Any]:
+    """`(state, hp_axes)`: every run's initial `RunState` of method `name` (one vmapped
+    program), round counters shared, placed (slots split over `"slots"`)."""
+    program, args, hp = _init_inputs(group, name, mesh)
+    state = share_counters(program(*args))
     state = place(state, counter_axes(state), mesh, group.shapes.slots)
-    return state, (hp, hp_axes)
+    return state, hp
+
+
+def state_shapes(group: Group, name: str, mesh: Mesh) -> tuple[Any, Any]:
+    """`init_states` as shapes: the state's `ShapeDtypeStruct`s with the shardings
+    `init_states` places it on (nothing computed or allocated), to compile its program
+    ahead (`runner.ahead`)."""
+    program, args, hp = _init_inputs(group, name, mesh)
+    state = share_counters(jax.eval_shape(program, *args))
+
+    def spec(ax: Any, a: Any) -> Any:
+        if a is None:
+            return None
+        where = sharding(ax, a, mesh, group.shapes.slots)
+        return jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=where, weak_type=a.weak_type)
+
+    return jax.tree.map(spec, counter_axes(state), state, is_leaf=_is_none), hp
+
+
+def _is_none(x: Any) -> bool:
+    return x is None

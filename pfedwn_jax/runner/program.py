@@ -218,7 +218,11 @@ def share_counters(state: Any) -> Any:
     any round) become one shared scalar (`state_axes` None)."""
 
     def one(a: Any) -> Any:
-        return a[0] if a.ndim == 1 and jnp.issubdtype(a.dtype, jnp.integer) else a
+        if a.ndim != 1 or not jnp.issubdtype(a.dtype, jnp.integer):
+            return a
+        if isinstance(a, jax.ShapeDtypeStruct):
+            return jax.ShapeDtypeStruct((), a.dtype, weak_type=a.weak_type)
+        return a[0]
 
     return jax.tree.map(one, state)
 

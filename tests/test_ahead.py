@@ -1,0 +1,43 @@
+"""Compiling the next method's program on a background thread (`runner.ahead`)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from helpers import TINY_RUN
+
+from pfedwn_jax import ExperimentConfig
+from pfedwn_jax.runner.ahead import Ahead
+from pfedwn_jax.sweeps import sweep
+
+
+def test_ahead_gives_what_it_compiled_and_drops_failures():
+    ahead = Ahead()
+    assert ahead.take("a") is None  # nothing started
+    ahead.start("a", lambda: (time.sleep(0.05), "compiled")[1])
+    assert ahead.take("b") is None  # another program: not this one's result
+    value, seconds = ahead.take("a")
+    assert value == "compiled" and seconds >= 0.05
+    assert ahead.take("a") is None  # taken once
+
+    def broken():
+        raise RuntimeError("lowering failed")
+
+    ahead.start("c", broken)
+    assert ahead.take("c") is None  # the driver compiles it itself
+
+
+def test_programs_compiled_ahead_give_the_numbers_compiled_in_place(monkeypatch):
+    """A method's program compiled from its state's shapes while the previous method ran
+    gives the same numbers as the program compiled in place from the state itself."""
+    config = ExperimentConfig(**TINY_RUN, algorithms=("local", "fedavg", "pfedwn"))
+    taken = []
+    take = Ahead.take
+    monkeypatch.setattr(Ahead, "take", lambda self, key: taken.append(take(self, key)) or taken[-1])
+    ahead = sweep(config, seeds="0-1", progress=False)
+    assert sum(t is not None for t in taken) == 2  # fedavg and pfedwn
+    monkeypatch.setattr(Ahead, "start", lambda self, key, fn: None)
+    here = sweep(config, seeds="0-1", progress=False)
+    for k in ("target_accuracy", "target_loss", "mean_client_accuracy"):
+        np.testing.assert_array_equal(ahead.rows[k], here.rows[k], err_msg=k)
