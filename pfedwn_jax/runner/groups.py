@@ -168,8 +168,9 @@ def _init_inputs(group: Group, name: str, mesh: Mesh) -> tuple[Any, tuple, tuple
 
 
 def init_states(group: Group, name: str, mesh: Mesh) -> tuple[Any, Any]:
-    """`(state, hp_axes)`: every run's initial `RunState` of method `name` (one vmapped
-    program), round counters shared, placed (slots split over `"slots"`)."""
+    """`(state, (hp, hp_axes))`: every run's initial `RunState` of method `name` (one
+    vmapped program), round counters shared, placed (slots split over `"slots"`), and the
+    runs' stacked hyperparameters."""
     program, args, hp = _init_inputs(group, name, mesh)
     state = share_counters(program(*args))
     state = place(state, counter_axes(state), mesh, group.shapes.slots)
