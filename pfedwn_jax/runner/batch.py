@@ -18,8 +18,10 @@ config computes:
   masked entries (index: the row's own slot), which every algorithm weighs 0.
 
 Then `stack_runs` stacks every leaf along a new leading axis, except leaves equal in every run
-(e.g. the learning rate of a seed sweep, or the data of runs with one data seed): those are
-kept once and broadcast (`vmap` axis None), so shared data is not copied per run.
+(e.g. the learning rate of a seed sweep): those are kept once and broadcast (`vmap` axis None).
+The data splits go through `stack_data`, which pads every run's data straight into the stacked
+array, and keeps the data of runs with one partition once, so shared data is not copied per
+run.
 """
 
 from __future__ import annotations
@@ -123,24 +125,17 @@ def pad_lists(
     return out, out_mask
 
 
-def pad_context(exp: Experiment, shapes: Shapes) -> tuple[RoundContext, tuple]:
-    """`(ctx, (test, val))` of `exp` padded to `shapes` (see the module docstring); host
-    arrays; `val` None without a validation split. Padded slots train on the last data
-    client (the ghost, when there are padded slots). The data splits get the ghost client
-    and their samples padded to `shapes` (`stack_runs` would pad them into the stacked
-    array as well, but a single run must get the bucketed shapes too)."""
+def pad_context(exp: Experiment, shapes: Shapes) -> RoundContext:
+    """`exp`'s context padded to `shapes` (see the module docstring), host arrays, without
+    its training data (`train` None: `stack_data` pads every run's data into the stacked
+    array). Padded slots train on the last data client (the ghost, when there are padded
+    slots)."""
     ctx, n = exp.ctx, shapes.slots
     neighbors, mask = pad_lists(
         np.asarray(ctx.neighbors), np.asarray(ctx.neighbor_mask), n, shapes.degree
     )
-
-    def clients(data: ClientData | None, samples: int) -> ClientData | None:
-        if data is None or (data.num_clients, data.max_samples) == (shapes.clients, samples):
-            return data
-        return pad_client_data(data, shapes.clients, samples)
-
-    padded = ctx.replace(
-        train=clients(exp.data.train, shapes.train),
+    return ctx.replace(
+        train=None,
         data_client=_pad_axis(np.asarray(ctx.data_client), 0, n, shapes.clients - 1),
         neighbors=neighbors,
         neighbor_mask=mask,
@@ -151,7 +146,42 @@ def pad_context(exp: Experiment, shapes: Shapes) -> tuple[RoundContext, tuple]:
         momentum=None if ctx.momentum is None else np.asarray(ctx.momentum),
         links=None if ctx.links is None else pad_links(ctx.links, n, shapes.degree),
     )
-    return padded, (clients(exp.data.test, shapes.test), clients(exp.data.val, shapes.val))
+
+
+def stack_data(
+    splits: Sequence[ClientData | None], clients: int, samples: int
+) -> tuple[ClientData | None, Any]:
+    """`(stacked, axes)`: one data split of every run, each with `clients` clients (the ghost
+    included) of `samples` samples. Kept once (axes None) when every run holds the same
+    split (one partition: `setup` shares its arrays); else `[R, clients, samples, ...]`,
+    each run's arrays written into one array per field (no padded copy per run)."""
+    first = splits[0]
+    if first is None:
+        return None, None
+    if all(_same(split, first) for split in splits[1:]):
+        if (first.num_clients, first.max_samples) != (clients, samples):
+            first = pad_client_data(first, clients, samples)
+        return first, ClientData(None, None, None, None)
+    fields = []
+    for column in zip(*splits, strict=True):
+        a = np.asarray(column[0])
+        out = np.zeros((len(column), clients, *((samples,) if a.ndim > 1 else ()), *a.shape[2:]),
+                       a.dtype)  # fmt: skip
+        for r, leaf in enumerate(column):
+            leaf = np.asarray(leaf)
+            out[(r, *(slice(0, d) for d in leaf.shape))] = leaf
+        fields.append(out)
+    return ClientData(*fields), ClientData(0, 0, 0, 0)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two data splits hold the same arrays (the same objects, or equal values)."""
+    pairs = list(zip(a, b, strict=True))
+    if all(x is y for x, y in pairs):
+        return True
+    return all(np.shape(x) == np.shape(y) for x, y in pairs) and all(
+        np.array_equal(x, y) for x, y in pairs
+    )
 
 
 def pad_links(links: Any, slots: int, k: int) -> Any:

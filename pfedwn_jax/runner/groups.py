@@ -22,7 +22,7 @@ from jax.sharding import Mesh
 from pfedwn_jax.algorithms import get_algorithm, hparam_leaves, static_hparams
 from pfedwn_jax.experiment.setup import Experiment
 from pfedwn_jax.runner import memory
-from pfedwn_jax.runner.batch import Shapes, pad_context, program_key, stack_runs
+from pfedwn_jax.runner.batch import Shapes, pad_context, program_key, stack_data, stack_runs
 from pfedwn_jax.runner.program import (
     RUNS,
     SLOTS,
@@ -119,9 +119,14 @@ def make_group(ids: Sequence[int], exps: Sequence[Experiment], mesh: Mesh) -> Gr
     ids = list(ids) + [ids[-1]] * (-real % mesh.shape[RUNS])
     members = [exps[i] for i in ids]
     shapes = Shapes(members)
-    padded = [pad_context(e, shapes) for e in members]
-    ctx, ctx_axes = stack_runs([p[0].replace(shards=mesh.shape[SLOTS]) for p in padded])
-    evals, evals_axes = stack_runs([p[1] for p in padded])
+    ctx, ctx_axes = stack_runs([pad_context(e, shapes).replace(shards=mesh.shape[SLOTS])
+                                for e in members])  # fmt: skip
+    splits = [
+        stack_data([getattr(e.data, split) for e in members], shapes.clients, samples)
+        for split, samples in (("train", shapes.train), ("test", shapes.test), ("val", shapes.val))
+    ]
+    ctx, ctx_axes = ctx.replace(train=splits[0][0]), ctx_axes.replace(train=splits[0][1])
+    evals, evals_axes = (splits[1][0], splits[2][0]), (splits[1][1], splits[2][1])
     keys = [np.stack([getattr(e, k) for e in members]) for k in ("init_key", "round_root")]
     return Group(
         tuple(ids),
