@@ -161,17 +161,14 @@ def stack_data(
     if all(_same(split, first) for split in splits[1:]):
         if (first.num_clients, first.max_samples) != (clients, samples):
             first = pad_client_data(first, clients, samples)
-        return first, ClientData(None, None, None, None)
-    fields = []
-    for column in zip(*splits, strict=True):
-        a = np.asarray(column[0])
-        out = np.zeros((len(column), clients, *((samples,) if a.ndim > 1 else ()), *a.shape[2:]),
-                       a.dtype)  # fmt: skip
-        for r, leaf in enumerate(column):
-            leaf = np.asarray(leaf)
-            out[(r, *(slice(0, d) for d in leaf.shape))] = leaf
-        fields.append(out)
-    return ClientData(*fields), ClientData(0, 0, 0, 0)
+        return first, jax.tree.map(lambda _: None, first)
+
+    def shape(a: Any) -> tuple[int, ...]:
+        return (clients, *((samples,) if np.ndim(a) > 1 else ()), *np.shape(a)[2:])
+
+    columns = zip(*splits, strict=True)
+    fields = [_stack_padded([np.asarray(a) for a in c], shape(c[0])) for c in columns]
+    return ClientData(*fields), jax.tree.map(lambda _: 0, first)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -227,14 +224,16 @@ def stack_runs(trees: Sequence[Any], *, pad_ragged: bool = True) -> tuple[Any, A
     return treedef.unflatten(leaves), treedef.unflatten(axes)
 
 
-def _stack_padded(arrays: list[np.ndarray]) -> np.ndarray:
-    """`[R, *common]` of arrays of equal rank, each zero-padded at the end of every axis to
-    their common (largest) shape, written into one array (no padded copies)."""
+def _stack_padded(arrays: list[np.ndarray], shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """`[R, *shape]` of arrays of equal rank, each zero-padded at the end of every axis to
+    `shape` (default: their common, largest, shape), written into one array (no padded
+    copies)."""
     if len({a.ndim for a in arrays}) > 1:
         raise ValueError(
             f"runs of one program differ in a leaf's rank: {[a.shape for a in arrays]}"
         )
-    shape = tuple(int(s) for s in np.max([a.shape for a in arrays], axis=0))
+    if shape is None:
+        shape = tuple(int(s) for s in np.max([a.shape for a in arrays], axis=0))
     out = np.zeros((len(arrays), *shape), np.result_type(*arrays))
     for r, a in enumerate(arrays):
         where: tuple[int | slice, ...] = (r, *(slice(0, d) for d in a.shape))
