@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from toy_groups import ADJ
 from toy_groups import make_ctx as toy_ctx
 
 from pfedwn_jax.algorithms import get_algorithm, make_hparams, neighbor_lists
@@ -21,18 +22,6 @@ from pfedwn_jax.engine import mix_sparse, neighbor_sq_dist
 from pfedwn_jax.engine.tree import by_columns, chunked_rows
 
 equal = lambda a, b: jax.tree.map(np.testing.assert_array_equal, a, b)
-# in-degrees 0, 3, 1, 2, 2, 0 (+ self): uneven, two rows without neighbors
-ADJ = np.array(
-    [
-        [1, 0, 0, 0, 0, 0],
-        [1, 1, 1, 0, 0, 1],
-        [0, 0, 1, 1, 0, 0],
-        [1, 0, 1, 1, 0, 0],
-        [0, 1, 0, 1, 1, 0],
-        [0, 0, 0, 0, 0, 1],
-    ],
-    bool,
-)
 CLASSES = [[0, 1], [0, 1], [2, 3], [1, 2], [0, 3], [3]]
 
 

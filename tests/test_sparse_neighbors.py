@@ -18,6 +18,7 @@ import numpy as np
 import optax
 import pytest
 from helpers import CLASSES, SHAPE, make_data
+from toy_groups import ADJ
 
 from pfedwn_jax.algorithms import (
     RoundContext,
@@ -46,18 +47,6 @@ from pfedwn_jax.models import get_model
 from pfedwn_jax.runner.batch import pad_lists
 
 REFERENCE = Path(__file__).parent / "data" / "sparse_reference.json"
-# in-degrees 0, 3, 1, 2, 2, 0 (+ self): uneven, two rows without neighbors
-ADJ = np.array(
-    [
-        [1, 0, 0, 0, 0, 0],
-        [1, 1, 1, 0, 0, 1],
-        [0, 0, 1, 1, 0, 0],
-        [1, 0, 1, 1, 0, 0],
-        [0, 1, 0, 1, 1, 0],
-        [0, 0, 0, 0, 0, 1],
-    ],
-    bool,
-)
 
 
 def random_params(s: int, seed: int = 0) -> dict:

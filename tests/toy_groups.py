@@ -16,6 +16,19 @@ from pfedwn_jax.models import get_model
 
 SHAPE = (4, 4, 1)
 CLASSES = 4
+#: An uneven network of 6 slots: in-degrees 0, 3, 1, 2, 2, 0 (+ self), two rows without
+#: neighbors (the sparse and chunked per-link tests share it).
+ADJ = np.array(
+    [
+        [1, 0, 0, 0, 0, 0],
+        [1, 1, 1, 0, 0, 1],
+        [0, 0, 1, 1, 0, 0],
+        [1, 0, 1, 1, 0, 0],
+        [0, 1, 0, 1, 1, 0],
+        [0, 0, 0, 0, 0, 1],
+    ],
+    bool,
+)
 
 
 def make_data(classes_per_client, n=40, seed=0) -> ClientData:

@@ -129,6 +129,19 @@ def _static_steps_per_epoch(
     return steps_per_epoch(data.max_samples, batch_size)
 
 
+def _schedule(
+    state: ClientState, batch_size: int, epochs: int, num_steps: int | None, slot_ids: Any
+) -> tuple[int, int, int | None, jax.Array | None]:
+    """`local_train`'s schedule arguments checked: `(batch_size, epochs, num_steps,
+    slot_ids)`, the ids as an int32 array `[S]` (or None)."""
+    if slot_ids is not None:
+        check_shape("slot_ids", slot_ids, (state.num_slots,), "[S]")
+        slot_ids = jnp.asarray(slot_ids, jnp.int32)
+    batch_size, epochs = check_int("batch_size", batch_size, 1), check_int("epochs", epochs, 1)
+    num_steps = None if num_steps is None else check_int("num_steps", num_steps, 1)
+    return batch_size, epochs, num_steps, slot_ids
+
+
 # ---------------------------------------------------------------------------------------------
 # Public entry point
 
@@ -173,10 +186,9 @@ def local_train(
       aux: pytree with leading axis S, slot s's `aux_s` (e.g. FedProx anchors).
       sample_weight: `[S, M]` per-sample weights of each slot's data (default 1).
       active: `[S]` bool; inactive slots are returned unchanged (bit for bit).
-      slot_ids: `[S]` int, the number each slot's randomness is keyed with (default `0 ..
-        S - 1`, its row): its minibatch order (`slot_batches`) and its `grad_fn` key. Slots
-        trained in several calls (e.g. chunks of a larger set) given their ids in the whole
-        set train exactly as they would in one call.
+      slot_ids: `[S]` int, the number keying each slot's minibatch order and `grad_fn` key
+        (default its row): slots trained in several calls (chunks of a larger set) given
+        their ids in the whole set train exactly as in one call.
       strategy, chunk_size: slot execution strategy (see `engine.strategy`).
       shards: split the slots into this many contiguous blocks, one per device, trained in
         parallel (see `engine.sharding`); None: every device of the default backend.
@@ -187,10 +199,7 @@ def local_train(
       "steps": [S] int32 number of optimizer steps taken})`.
     """
     _check_train_inputs(model, state, data, data_client, aux, sample_weight, active)
-    if slot_ids is not None:
-        check_shape("slot_ids", slot_ids, (state.num_slots,), "[S]")
-    batch_size, epochs = check_int("batch_size", batch_size, 1), check_int("epochs", epochs, 1)
-    num_steps = None if num_steps is None else check_int("num_steps", num_steps, 1)
+    batch_size, epochs, num_steps, ids = _schedule(state, batch_size, epochs, num_steps, slot_ids)
     strategy, chunk, shards = _placement(state, data, strategy, chunk_size, shards)
     fn = _train_donated if donate else _train
     return fn(
@@ -205,7 +214,7 @@ def local_train(
         aux,
         sample_weight,
         active,
-        None if slot_ids is None else jnp.asarray(slot_ids, jnp.int32),
+        ids,
         batch_size=batch_size,
         epochs=epochs,
         steps_per_epoch=_static_steps_per_epoch(data, data_client, active, batch_size),
