@@ -31,7 +31,7 @@ Each measurement records the load average before and after.
     python benchmarks/bench_sweep.py --runs 16 --marginal-runs 16   # the key comparison
     python benchmarks/bench_sweep.py --preset smoke     # the code path only (~1 min): W=2, Local
     python benchmarks/bench_sweep.py --preset full      # all six methods, W up to 64 (hours)
-    python benchmarks/bench_sweep.py --preset gpu       # on a GPU: all six, W up to 256
+    python benchmarks/bench_sweep.py --preset gpu       # on a GPU: pFedWN, rounds alone up to W=1024
 
 The default preset takes about 10 minutes on the 2-core machine of `benchmarks/RESULTS.md`
 under a load of 5-10 (the W=16 sweep alone about 3 minutes); `--runs 16 --marginal-runs 16`
@@ -79,7 +79,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     "default": {},
     "full": {"runs": "1,4,16,64", "algorithms": "all", "marginal_runs": 16},
-    "gpu": {"runs": "1,16,64,256", "algorithms": "all", "marginal_runs": 256, "cpu_devices": 0},
+    "gpu": {
+        "runs": "1,16,64",
+        "marginal_runs": 64,
+        "scaling": "1,16,64,256,1024",
+        "cpu_devices": 0,
+    },
 }
 
 
@@ -237,6 +242,16 @@ def marginal_case(clock: CompileClock, args, short: dict) -> dict:
     }
 
 
+def scaling_case(clock: CompileClock, args, runs: int) -> dict:
+    """One cold sweep of `runs` runs and `rounds_long` rounds: the seconds its rounds took
+    (the driver's `run_s`: blocks and their fetch, no compiling) per run-round. Where one run
+    does not fill the device (an accelerator) this falls as `runs` grows."""
+    fig, _ = measure_sweep(clock, args, runs, args.rounds_long)
+    report(f"W={runs} sweep {args.rounds_long} rounds", fig)
+    per = runs * args.rounds_long * len(args.methods)
+    return {"runs": runs, "rounds": args.rounds_long, **fig, "s_per_run_round": fig["run_s"] / per}
+
+
 def per_round(short: dict, long: dict, count: int, net: bool) -> float:
     """(long - short) seconds / count; `net`: with each side's compile seconds taken out
     (compile times vary by +-10% here, which swamps a few rounds)."""
@@ -297,6 +312,15 @@ def print_tables(results: dict) -> None:
             f"run() {1e3 * mg['run_s_per_round_net']:.1f} ms (its own round_s "
             f"{1e3 * mg['run_round_s_reported']:.1f} ms); run/sweep {mg['ratio_net']:.2f}x"
         )
+    if results.get("scaling"):
+        print(f"\nsweep rounds alone ({results['scaling'][0]['rounds']} rounds, no compiling):")
+        print(f"{'W':>5} | {'wall s':>7} {'rounds s':>8} | {'ms/run-round':>12} | vs W=1")
+        base = results["scaling"][0]["s_per_run_round"]
+        for c in results["scaling"]:
+            print(
+                f"{c['runs']:>5} | {c['wall_s']:>7.1f} {c['run_s']:>8.2f} | "
+                f"{1e3 * c['s_per_run_round']:>12.2f} | {base / c['s_per_run_round']:.1f}x"
+            )
     sys.stdout.flush()
 
 
@@ -310,6 +334,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--algorithms", default="pfedwn", help="comma-separated, or 'all'")
     p.add_argument("--marginal-runs", type=int, default=4, help="W of the marginal sweep (0: skip)")
     p.add_argument("--marginal-seq", type=int, default=2, help="run() seeds of the marginal")
+    p.add_argument(
+        "--scaling", default="", help="comma-separated W: sweeps alone, rounds per run-round"
+    )
     p.add_argument("--block", type=int, default=None, help="rounds per compiled sweep block")
     p.add_argument("--repeats", type=int, default=1, help="the W loop this many times")
     p.add_argument("--gap-s", type=float, default=0.0, help="pause between repeats")
@@ -338,10 +365,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if bad:
         p.error(f"--algorithms: unknown {bad}; allowed: 'all' or comma-separated {names}")
     try:
-        args.w_values = [int(w) for w in args.runs.split(",")]
+        args.w_values = [int(w) for w in args.runs.split(",") if w]
+        args.scaling_w = [int(w) for w in args.scaling.split(",") if w]
     except ValueError:
-        p.error(f"--runs must be comma-separated integers; got {args.runs!r}")
-    if min(args.w_values) < 1 or args.rounds < 1 or args.rounds_long <= args.rounds:
+        p.error(
+            f"--runs and --scaling take comma-separated integers; got {args.runs!r}, "
+            f"{args.scaling!r}"
+        )
+    if (
+        min(args.w_values + args.scaling_w, default=1) < 1
+        or args.rounds < 1
+        or args.rounds_long <= args.rounds
+    ):
         p.error("need W >= 1, --rounds >= 1 and --rounds-long > --rounds")
     if args.marginal_runs and args.marginal_runs not in args.w_values:
         p.error(f"--marginal-runs {args.marginal_runs} must be one of --runs {args.w_values}")
@@ -358,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cpu_devices != 0:
         pfedwn_jax.use_cpu_devices(args.cpu_devices)  # before any JAX computation
     t0 = time.perf_counter()
-    settings = {k: v for k, v in vars(args).items() if k not in ("out", "w_values")}
+    settings = {k: v for k, v in vars(args).items() if k not in ("out", "w_values", "scaling_w")}
     results = {"started": now(), "settings": settings, "machine": machine(), "w_runs": []}
     results["machine"]["devices"] = len(jax.devices())
     clock = CompileClock()
@@ -373,6 +408,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.marginal_runs:
         short = next(c for c in results["w_runs"] if c["runs"] == args.marginal_runs)
         results["marginal"] = marginal_case(clock, args, short)
+        write_json(args.out, results)
+    results["scaling"] = []
+    for w in args.scaling_w:
+        results["scaling"].append(scaling_case(clock, args, w))
+        write_json(args.out, results)
     results.update(finished=now(), wall_s=time.perf_counter() - t0, load_end=os.getloadavg())
     write_json(args.out, results)
     print_tables(results)

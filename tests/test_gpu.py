@@ -1,4 +1,5 @@
-"""The default accelerator gives the CPU's numbers: local training, evaluation, P_err.
+"""The default accelerator gives the CPU's numbers: local training, evaluation, P_err, and a
+whole sweep of every method.
 
 Marked `gpu`: run by `make test-gpu`; skipped (with the reason) where JAX's default backend is
 the CPU (`tests/conftest.py`). Float32 matmuls run at full precision on both sides (no TF32),
@@ -12,8 +13,11 @@ import jax
 import numpy as np
 import optax
 import pytest
-from helpers import B, make_data
+from helpers import TINY_RUN, B, make_data
+from jax.sharding import Mesh
 
+import pfedwn_jax
+from pfedwn_jax.algorithms import available_algorithms
 from pfedwn_jax.engine import evaluate, init_client_state, local_train
 from pfedwn_jax.wireless import MOMENT_MODES, ChannelParams, error_probability
 
@@ -68,3 +72,25 @@ def test_error_probability_on_the_accelerator_equals_the_cpu(moments):
     want = on_device(cpu, perr, targets, neighbors, gamma_th)
     assert np.ptp(want) > 0.1  # a spread of values, not all 0 or 1
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-6)
+
+
+def test_a_sweep_of_every_method_on_the_accelerator_equals_the_cpu():
+    """The runner's whole program (set-up, blocks of rounds, records) on one accelerator
+    device and on one CPU device: the same table up to float32 rounding."""
+    config = pfedwn_jax.ExperimentConfig(
+        **{**TINY_RUN, "num_neighbors": 5, "eps": 0.05, "gamma_th": 5.0, "rounds": 3},
+        algorithms=available_algorithms(),
+    )
+
+    def on(device):
+        mesh = Mesh(np.array([device]).reshape(1, 1), ("runs", "slots"))
+        with jax.default_matmul_precision("highest"):
+            out = pfedwn_jax.sweep(config, seeds=[0, 3], mesh=mesh, progress=False)
+        return out.rows
+
+    accel, cpu = accelerator_and_cpu()
+    got, want = on(accel), on(cpu)
+    np.testing.assert_array_equal(got["method"], want["method"])
+    np.testing.assert_allclose(got["target_loss"], want["target_loss"], rtol=1e-3, atol=1e-5)
+    # accuracy moves in steps of one test sample; allow one sample's flip in the target's set
+    np.testing.assert_allclose(got["target_accuracy"], want["target_accuracy"], atol=0.05)

@@ -29,6 +29,16 @@ from pfedwn_jax.runner.step import RoundOut, init_state, round_step, zeros_like_
 RUNS, SLOTS = "runs", "slots"
 #: Records every round keeps (`records="all"`: every record the round produces).
 ALL = "all"
+#: XLA options of the programs on a CPU mesh. LLVM at -O2 instead of XLA's default -O3:
+#: the same bits out (checked on every method, MLP and CNN), rounds as fast, and 4x less
+#: compiling for the model initialiser (1.07 -> 0.26 s for 16 MLPs), ~10% less for a block.
+CPU_COMPILER_OPTIONS = {"xla_backend_optimization_level": 2}
+
+
+def _jit(fn: Any, mesh: Mesh, **kw: Any) -> Any:
+    """`jax.jit(fn, **kw)` with the compiler options of `mesh`'s platform."""
+    cpu = mesh.devices.flat[0].platform == "cpu"
+    return jax.jit(fn, compiler_options=CPU_COMPILER_OPTIONS if cpu else None, **kw)
 
 
 def check_mesh(mesh: Any) -> Mesh:
@@ -150,7 +160,7 @@ def block_program(
         keep = lambda ax, a: jax.lax.with_sharding_constraint(a, sharding(ax, a, mesh, slots))
         return jax.tree.map(keep, axes, state, is_leaf=_is_none), out
 
-    return jax.jit(placed, donate_argnums=0)
+    return _jit(placed, mesh, donate_argnums=0)
 
 
 def _eval_params(alg: Algorithm, state, ctx, hp):
@@ -171,7 +181,7 @@ def params_program(alg: Algorithm, axes_key: AxesKey, mesh: Mesh, runs: int, slo
         keep = lambda a: jax.lax.with_sharding_constraint(a, sharding(0, a, mesh, slots))
         return jax.tree.map(keep, local(*args))
 
-    return jax.jit(placed)
+    return _jit(placed, mesh)
 
 
 @functools.lru_cache(maxsize=64)
@@ -180,14 +190,14 @@ def init_program(alg: Algorithm, axes_key: AxesKey, mesh: Mesh, runs: int):
     state`, every leaf with the run axis (`params`: `model_init_program`'s)."""
     _, ctx_axes, _, hp_axes = axes_key.axes
     fn = functools.partial(_init_block, alg)
-    return jax.jit(_sharded(fn, (hp_axes, 0, ctx_axes, 0), 0, mesh, runs))
+    return _jit(_sharded(fn, (hp_axes, 0, ctx_axes, 0), 0, mesh, runs), mesh)
 
 
 @functools.lru_cache(maxsize=16)
 def model_init_program(model: Any, mesh: Mesh, runs: int):
     """The jitted, run-vmapped `model.init`: `init_keys [R, 2] -> params [R, ...]`, the one
     initial model of each run that every method starts from (compiled once per model)."""
-    return jax.jit(_sharded(functools.partial(_model_init, model), (0,), 0, mesh, runs))
+    return _jit(_sharded(functools.partial(_model_init, model), (0,), 0, mesh, runs), mesh)
 
 
 class AxesKey:
