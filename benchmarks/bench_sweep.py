@@ -31,11 +31,12 @@ Each measurement records the load average before and after.
     python benchmarks/bench_sweep.py --runs 16 --marginal-runs 16   # the key comparison
     python benchmarks/bench_sweep.py --preset smoke     # the code path only (~1 min): W=2, Local
     python benchmarks/bench_sweep.py --preset full      # all six methods, W up to 64 (hours)
-    python benchmarks/bench_sweep.py --preset gpu       # on a GPU: pFedWN, rounds alone up to W=1024
+    python benchmarks/bench_sweep.py --preset gpu       # on a GPU: pFedWN, up to W=1024 runs
 
 The default preset takes about 10 minutes on the 2-core machine of `benchmarks/RESULTS.md`
 under a load of 5-10 (the W=16 sweep alone about 3 minutes); `--runs 16 --marginal-runs 16`
-about 15. `--preset gpu` leaves JAX's devices alone (`--cpu-devices 0`); it was not run.
+about 15. `--preset gpu` leaves JAX's devices alone (`--cpu-devices 0`); it ran on an H100
+(benchmarks/RESULTS.md).
 
 Writes `benchmarks/results/bench_sweep_<preset>_<UTC time>.json` (or `--out`): settings,
 machine (CPU, cores, versions, backend, device, commit, load), and per measurement the wall,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import LOSS_RTOL, TINY_RUN
+from helpers import TINY_RUN, loss_rtol
 
 import pfedwn_jax
 from pfedwn_jax import ExperimentConfig
@@ -35,7 +35,7 @@ def _runs_equal(result, config, specs, atol=1e-6):
             want = np.asarray(own.methods[name]["target_accuracy"])
             np.testing.assert_allclose(got, want, atol=atol, err_msg=f"{name} run {spec}")
             got_loss = result.rows["target_loss"][sel]
-            np.testing.assert_allclose(got_loss, own.methods[name]["target_loss"], rtol=LOSS_RTOL)
+            np.testing.assert_allclose(got_loss, own.methods[name]["target_loss"], rtol=loss_rtol())
 
 
 def _check_sweep_equals_runs(methods):
