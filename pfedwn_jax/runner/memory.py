@@ -379,6 +379,17 @@ def phases(
     return _PHASES.get(alg.name, _baseline)(sz, hp) + _motion(ctx)
 
 
+def _state_bytes(state: Any, sz: Any) -> tuple[int, int, int]:
+    """`(params, optimizer, rest)` bytes of a run's state: its models, their optimizer state
+    and what the algorithm keeps besides."""
+    clients = getattr(state, "clients", None)
+    if isinstance(clients, ClientState):
+        params, optimizer = tree_bytes(clients.params), tree_bytes(clients.opt_state)
+    else:  # an algorithm keeping its models some other way: S models with optimizer state
+        params, optimizer = sz.slots * sz.param, sz.slots * sz.opt
+    return params, optimizer, max(0, tree_bytes(state) - params - optimizer)
+
+
 def estimate(
     ctx: RoundContext,
     test: ClientData,
@@ -417,12 +428,7 @@ def estimate(
     hp = make_hparams(alg) if hp is None else hp
     state = _abstract_state(alg, hp, ctx)
     sz = _sizes(ctx, test, state, chunk)
-    clients = getattr(state, "clients", None)
-    if isinstance(clients, ClientState):
-        params, optimizer = tree_bytes(clients.params), tree_bytes(clients.opt_state)
-    else:  # an algorithm keeping its models some other way: S models with optimizer state
-        params, optimizer = sz.slots * sz.param, sz.slots * sz.opt
-    own_state = max(0, tree_bytes(state) - params - optimizer)
+    params, optimizer, own_state = _state_bytes(state, sz)
     phases = _PHASES.get(alg.name, _baseline)(sz, hp) + _motion(ctx)
     # copies and activations: those of the phase holding the most; the phases run one
     # after another and XLA reuses one loop's buffers in the next (the CNN's EM and
