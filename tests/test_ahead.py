@@ -1,13 +1,16 @@
-"""Compiling the next method's program on a background thread (`runner.ahead`)."""
+"""How the runner compiles: the next method's program on a background thread
+(`runner.ahead`), CPU programs with their own XLA options (`program.CPU_COMPILER_OPTIONS`)."""
 
 from __future__ import annotations
 
 import time
 
+import jax
 import numpy as np
 from helpers import TINY_RUN
 
 from pfedwn_jax import ExperimentConfig
+from pfedwn_jax.runner import program
 from pfedwn_jax.runner.ahead import Ahead
 from pfedwn_jax.sweeps import sweep
 
@@ -41,3 +44,24 @@ def test_programs_compiled_ahead_give_the_numbers_compiled_in_place(monkeypatch)
     here = sweep(config, seeds="0-1", progress=False)
     for k in ("target_accuracy", "target_loss", "mean_client_accuracy"):
         np.testing.assert_array_equal(ahead.rows[k], here.rows[k], err_msg=k)
+
+
+def test_cpu_compiler_options_give_the_bits_of_xlas_defaults(monkeypatch):
+    """The numbers with the runner's CPU compiler options equal those with XLA's own
+    defaults, value for value (the options buy compile time, not numbers): the methods with
+    gradients of gradients, a proximal term and EM."""
+    assert program.CPU_COMPILER_OPTIONS  # what this test is about
+    methods = ("fedprox", "perfedavg", "pfedwn")
+    config = ExperimentConfig(**{**TINY_RUN, "rounds": 2}, algorithms=methods)
+
+    def table():
+        for cached in (program.block_program, program.init_program, program.model_init_program):
+            cached.cache_clear()
+        jax.clear_caches()
+        return sweep(config, seeds="0-1", progress=False).rows
+
+    tuned = table()
+    monkeypatch.setattr(program, "CPU_COMPILER_OPTIONS", None)
+    default = table()
+    for k in ("target_accuracy", "target_loss", "mean_client_accuracy"):
+        np.testing.assert_array_equal(tuned[k], default[k], err_msg=k)
