@@ -4,7 +4,11 @@ The test session runs with two CPU devices (`tests/conftest.py`)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import chex
 import jax
@@ -217,3 +221,24 @@ def test_a_user_chosen_device_count_is_read_not_queried(monkeypatch, env, want):
         monkeypatch.setenv(k, v)
     monkeypatch.setattr(jax, "devices", lambda *a: pytest.fail("JAX was queried"))
     assert use_cpu_devices() == want
+
+
+def test_runs_and_slots_both_split_equal_one_device():
+    """A sweep of 4 runs on a 2 x 2 mesh (runs over two rows, each run's slots over the two
+    devices of its row; a process of 4 CPU devices) gives the 1-device numbers, for the
+    methods whose losses and optimizers close over per-run values (FedProx's mu, Per-FedAvg's
+    alpha, every run's lr) and pFedWN's EM."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+    env.pop("JAX_NUM_CPU_DEVICES", None)
+    worker = Path(__file__).parent / "mesh_worker.py"
+    methods = ["fedprox", "perfedavg", "pfedwn"]
+    out = subprocess.run(
+        [sys.executable, str(worker), *methods], env=env, capture_output=True, text=True,
+        timeout=600, cwd=Path(__file__).parent,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    diffs = dict(line.split() for line in out.stdout.splitlines() if line.count(" ") == 1)
+    assert int(diffs.pop("split_blocks")) >= len(methods)  # each run's slots split by hand
+    assert set(diffs) == {"target_accuracy", "target_loss", "mean_client_accuracy"}, out.stdout
+    for column, diff in diffs.items():
+        assert float(diff) <= 1e-5, (column, diff)

@@ -166,19 +166,43 @@ def shard_slots(
     if work is not None and num_slots <= BALANCE_MAX_SLOTS:
         order = balanced_order(pad_leaf(jnp.asarray(work, jnp.float32)), shards)
         padded = jax.tree.map(lambda a: a[order], padded)
-    in_specs = (P(),) * len(replicated) + (P(SLOT_AXIS),) * len(per_slot)
-    out = jax.shard_map(
-        fn,
-        mesh=slot_mesh(shards),
-        in_specs=in_specs,
-        out_specs=P(SLOT_AXIS),
-        axis_names={SLOT_AXIS},
-        check_vma=False,
-    )(*replicated, *padded)
+    if manual_slots():
+        out = _own_block(fn, replicated, padded, size // shards)
+    else:
+        in_specs = (P(),) * len(replicated) + (P(SLOT_AXIS),) * len(per_slot)
+        out = jax.shard_map(
+            fn,
+            mesh=slot_mesh(shards),
+            in_specs=in_specs,
+            out_specs=P(SLOT_AXIS),
+            axis_names={SLOT_AXIS},
+            check_vma=False,
+        )(*replicated, *padded)
     if order is not None:
         inverse = jnp.argsort(order)
         out = jax.tree.map(lambda a: a[inverse], out)
     return jax.tree.map(lambda a: a[:num_slots], out)
+
+
+def manual_slots() -> bool:
+    """Whether the code is traced inside a `shard_map` already manual over `"slots"` (the
+    runner's program over a mesh of several run and several slot devices): every device
+    holds its runs whole, and the slot split is written out by hand (`shard_slots`)."""
+    context = jax.sharding.get_abstract_mesh()
+    if context.empty or SLOT_AXIS not in context.axis_names:
+        return False
+    return SLOT_AXIS in context.manual_axes
+
+
+def _own_block(fn: Callable[..., Any], replicated: Sequence[Any], padded: Any, block: int) -> Any:
+    """`fn` on this device's block of `block` slots of the `padded` per-slot leaves (held
+    whole by every device), the outputs of every device's block gathered back into `[S']`:
+    `shard_slots` inside a manual `"slots"` axis, with no nested `shard_map` (whose
+    closed-over values would mix the two manual contexts)."""
+    start = jax.lax.axis_index(SLOT_AXIS) * block
+    own = jax.tree.map(lambda a: jax.lax.dynamic_slice_in_dim(a, start, block), padded)
+    out = fn(*replicated, *own)
+    return jax.tree.map(lambda a: jax.lax.all_gather(a, SLOT_AXIS, tiled=True), out)
 
 
 def _slot_spec(leaf: Any, num_slots: int, shards: int) -> P:
@@ -217,7 +241,7 @@ def constrain_slots(tree: Any, num_slots: int, shards: int | None = None) -> Any
     """Inside a jitted function: the placement of `put_slots`, so a program's state comes
     out where it went in (one compile for every round)."""
     shards = resolve_shards(shards, num_slots)
-    if shards == 1:
+    if shards == 1 or manual_slots():
         return tree
     mesh = slot_mesh(shards)
     return jax.tree.map(

@@ -42,20 +42,10 @@ def _jit(fn: Any, mesh: Mesh, **kw: Any) -> Any:
 
 
 def check_mesh(mesh: Any) -> Mesh:
-    """`mesh` if it is a `Mesh` with axes ("runs", "slots") and more than one device on at
-    most one of them; a ValueError otherwise.
-
-    Both axes larger than one (runs split over some devices, each run's slots over others)
-    is not supported yet: the engine's per-slot step is traced outside the slots'
-    `shard_map` and its closed-over values would carry the runs-manual mesh into it."""
+    """`mesh` if it is a `Mesh` with axes ("runs", "slots"); a ValueError otherwise."""
     if not isinstance(mesh, Mesh) or tuple(mesh.axis_names) != (RUNS, SLOTS):
         axes = getattr(mesh, "axis_names", type(mesh).__name__)
         raise ValueError(f"mesh must be a jax Mesh with axes ('runs', 'slots'); got {axes}")
-    if mesh.shape[RUNS] > 1 and mesh.shape[SLOTS] > 1:
-        raise ValueError(
-            f"mesh {dict(mesh.shape)}: split either the runs or the slots over the devices, "
-            "not both; allowed: runs x 1 (many runs) or 1 x slots (one large run)"
-        )
     return mesh
 
 
@@ -132,6 +122,8 @@ def _sharded(fn: Any, in_axes: tuple, out_axes: Any, mesh: Mesh, runs: int) -> A
     vmapped = jax.vmap(fn, in_axes=in_axes, out_axes=out_axes)
     if mesh.shape[RUNS] == 1:
         return vmapped
+    # manual over both axes: with several slot devices each holds its runs whole and the
+    # engine splits the slots by hand (`engine.sharding.manual_slots`)
     return jax.shard_map(
         vmapped,
         mesh=mesh,
@@ -268,7 +260,8 @@ def sharding(ax: Any, a: Any, mesh: Mesh, num_slots: int | None) -> NamedShardin
     if ax is None:
         return NamedSharding(mesh, P())
     run = RUNS if runs > 1 else None
-    split = slots > 1 and num_slots is not None and np.ndim(a) > 1
+    # several run devices: a run lives whole on each of its row's slot devices
+    split = slots > 1 and runs == 1 and num_slots is not None and np.ndim(a) > 1
     if split and a.shape[1] == num_slots and num_slots % slots == 0:
         return NamedSharding(mesh, P(run, SLOTS))
     return NamedSharding(mesh, P(run))
