@@ -7,6 +7,7 @@ import time
 
 import jax
 import numpy as np
+import pytest
 from helpers import TINY_RUN
 
 from pfedwn_jax import ExperimentConfig
@@ -46,6 +47,7 @@ def test_programs_compiled_ahead_give_the_numbers_compiled_in_place(monkeypatch)
         np.testing.assert_array_equal(ahead.rows[k], here.rows[k], err_msg=k)
 
 
+@pytest.mark.slow  # 11 s: two cold sweeps of three methods
 def test_cpu_compiler_options_give_the_bits_of_xlas_defaults(monkeypatch):
     """The numbers with the runner's CPU compiler options equal those with XLA's own
     defaults, value for value (the options buy compile time, not numbers): the methods with
