@@ -301,6 +301,18 @@ def test_sharded_state_is_written_per_shard_and_restored_onto_the_template(tmp_p
         ckpt.Checkpoint(path, "another", "resume").__enter__()
 
 
+def test_a_step_keeps_the_meta_of_its_commit(tmp_path):
+    """The driver appends to its block list while a step is written in the background: the
+    step holds the list as it was at the commit (else a resume replays a block past its
+    step and the writers miss that round)."""
+    blocks = [[0, "local", 0, 1, 0.1]]
+    with ckpt.Checkpoint(tmp_path / "c", "fp", "new") as c:
+        c.commit({"progress": {"current": [0, "local", 1], "blocks": blocks}}, {"w": np.ones(2)})
+        blocks.append([0, "local", 1, 1, 0.1])  # the next block, before the step is on disk
+    with ckpt.Checkpoint(tmp_path / "c", "fp", "resume") as c:
+        assert c.saved.meta["progress"]["blocks"] == [[0, "local", 0, 1, 0.1]]
+
+
 def test_remove_deletes_only_checkpoint_files(tmp_path):
     cfg = ExperimentConfig(**{**TINY, "rounds": 2, "algorithms": ("local",)})
     path = tmp_path / "ckpt"

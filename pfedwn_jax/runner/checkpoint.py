@@ -27,6 +27,7 @@ and removes the unreadable step, which the resumed job would write again anyway.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import fcntl
 import hashlib
@@ -298,7 +299,9 @@ class Checkpoint:
 
     def commit(self, meta: dict[str, Any], state: Any) -> None:
         """A new step: `meta` (with the fingerprint added) and `state` (None when no method
-        is in progress), saved asynchronously."""
+        is in progress), saved asynchronously. `meta` is copied now: the driver goes on
+        appending to its lists (blocks) while the step is written."""
+        meta = copy.deepcopy(meta)
         self.step += 1
         assert self._writer is not None, "use the checkpoint as a context manager"
         if self.job is not None and not self._job_written and is_writer():
