@@ -30,6 +30,10 @@ TINY_RUN = dict(
     model="logreg", num_neighbors=3, rounds=3, batch_size=32, lr=0.05, gamma_th=1.0, eps=0.12
 )
 
+# TINY_RUN with 5 neighbors of which topology seeds 0 and 3 select 2 and 3: runs of
+# different slot counts that share one program (padded slots), 2 rounds.
+VARIED_RUN = {**TINY_RUN, "num_neighbors": 5, "eps": 0.05, "gamma_th": 5.0, "rounds": 2}
+
 
 def loss_rtol() -> float:
     """Relative tolerance of a loss computed two ways (batched or not, split or not): float32

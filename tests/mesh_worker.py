@@ -7,7 +7,7 @@ import sys
 
 import jax
 import numpy as np
-from helpers import TINY_RUN
+from helpers import VARIED_RUN
 from jax.sharding import Mesh
 
 import pfedwn_jax
@@ -38,7 +38,7 @@ def main(methods: list[str]) -> None:
     assert len(jax.devices()) == 4, jax.devices()
     sharding._own_block = _spy(sharding._own_block)
     config = pfedwn_jax.ExperimentConfig(
-        **{**TINY_RUN, "num_neighbors": 5, "eps": 0.05, "gamma_th": 5.0, "rounds": 2},
+        **VARIED_RUN,
         algorithms=tuple(methods),
     )
     split, one = rows(config, (2, 2)), rows(config, (1, 1))

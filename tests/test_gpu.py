@@ -13,7 +13,7 @@ import jax
 import numpy as np
 import optax
 import pytest
-from helpers import TINY_RUN, B, make_data
+from helpers import VARIED_RUN, B, make_data
 from jax.sharding import Mesh
 
 import pfedwn_jax
@@ -78,7 +78,7 @@ def test_a_sweep_of_every_method_on_the_accelerator_equals_the_cpu():
     """The runner's whole program (set-up, blocks of rounds, records) on one accelerator
     device and on one CPU device: the same table up to float32 rounding."""
     config = pfedwn_jax.ExperimentConfig(
-        **{**TINY_RUN, "num_neighbors": 5, "eps": 0.05, "gamma_th": 5.0, "rounds": 3},
+        **{**VARIED_RUN, "rounds": 3},
         algorithms=available_algorithms(),
     )
 

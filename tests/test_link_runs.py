@@ -7,7 +7,7 @@ import math
 import jax
 import numpy as np
 import pytest
-from helpers import TINY_RUN
+from helpers import TINY_RUN, VARIED_RUN
 
 import pfedwn_jax
 from pfedwn_jax import ExperimentConfig
@@ -92,7 +92,7 @@ def test_physical_failure_rate_matches_the_monte_carlo_of_the_same_topology():
 @pytest.mark.slow
 def test_a_sweep_with_failing_links_equals_its_runs():
     config = ExperimentConfig(
-        **{**BASE, "num_neighbors": 5, "eps": 0.05, "gamma_th": 5.0},
+        **VARIED_RUN,
         algorithms=("pfedwn",),
         link_model="bernoulli",
         link_failure=0.5,
@@ -120,7 +120,7 @@ def test_bad_link_settings(kwargs, match):
 
 
 def test_without_selection_every_neighbor_in_range_trains():
-    kw = {**BASE, "num_neighbors": 5, "eps": 0.05, "gamma_th": 5.0}
+    kw = dict(VARIED_RUN)
     chosen = build_federation(ExperimentConfig(**kw))
     everyone = build_federation(ExperimentConfig(**kw, selection=False))
     assert chosen.num_slots < everyone.num_slots == 6

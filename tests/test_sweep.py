@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import TINY_RUN, loss_rtol
+from helpers import VARIED_RUN, loss_rtol
 
 import pfedwn_jax
 from pfedwn_jax import ExperimentConfig
@@ -12,9 +12,6 @@ from pfedwn_jax.algorithms import available_algorithms
 from pfedwn_jax.results.table import Table
 from pfedwn_jax.sweeps import expand, run_config, sweep
 
-# topology seeds 0 and 3 select 2 and 3 of the 5 neighbors: runs of different slot counts
-# share one program (padded slots); the data seeds differ too (padded samples)
-VARIED = {**TINY_RUN, "num_neighbors": 5, "eps": 0.05, "gamma_th": 5.0, "rounds": 2}
 EVERY_NUMBER = {
     "topology_seed": [0, 3],
     "lr": [0.05, 0.08],
@@ -39,7 +36,7 @@ def _runs_equal(result, config, specs, atol=1e-6):
 
 
 def _check_sweep_equals_runs(methods):
-    config = ExperimentConfig(**VARIED, algorithms=methods)
+    config = ExperimentConfig(**VARIED_RUN, algorithms=methods)
     grid = {k: v for k, v in EVERY_NUMBER.items() if k.split(".")[0] in (*methods, k)}
     result = sweep(config, seeds=[1], grid=grid, zip=True, block=1, progress=False)
     assert result.meta["programs"] == 1  # every number batched, shapes padded
@@ -61,7 +58,7 @@ def test_sweep_equals_runs_for_every_algorithm():
 def test_blocks_odd_runs_and_grouped_shapes():
     """3 runs on 2 devices (one padding run), 3 rounds in blocks of 2 and 1, and a grid value
     that changes the program (batch size) grouped into a second program."""
-    config = ExperimentConfig(**{**VARIED, "rounds": 3}, algorithms=("fedavg",))
+    config = ExperimentConfig(**{**VARIED_RUN, "rounds": 3}, algorithms=("fedavg",))
     grid = {"batch_size": [32, 16]}
     result = sweep(config, seeds="0-1", grid=grid, block=2, progress=False)
     assert result.meta["programs"] == 2
@@ -71,7 +68,7 @@ def test_blocks_odd_runs_and_grouped_shapes():
 
 
 def test_resume_after_interruption_gives_the_same_numbers(tmp_path, monkeypatch):
-    config = ExperimentConfig(**{**VARIED, "rounds": 3}, algorithms=("local", "pfedwn"))
+    config = ExperimentConfig(**{**VARIED_RUN, "rounds": 3}, algorithms=("local", "pfedwn"))
     kwargs = dict(seeds=[0, 1], block=1, progress=False, checkpoint=tmp_path / "ck")
     full = sweep(config, **{**kwargs, "checkpoint": None})
     add_block, calls = Table.add_block, []
@@ -92,7 +89,7 @@ def test_resume_after_interruption_gives_the_same_numbers(tmp_path, monkeypatch)
 
 
 def test_resume_of_another_sweep_is_refused(tmp_path):
-    config = ExperimentConfig(**{**VARIED, "rounds": 1}, algorithms=("local",))
+    config = ExperimentConfig(**{**VARIED_RUN, "rounds": 1}, algorithms=("local",))
     sweep(config, seeds=[0], progress=False, checkpoint=tmp_path)
     with pytest.raises(ValueError, match=r"another job: .*seed 0 then, 1 now"):
         sweep(config, seeds=[1], progress=False, checkpoint=tmp_path, resume=True)
@@ -108,7 +105,7 @@ def test_resume_of_another_sweep_is_refused(tmp_path):
     ],
 )
 def test_bad_input_fails_before_any_work(kwargs, match):
-    config = ExperimentConfig(**VARIED, algorithms=("local",))
+    config = ExperimentConfig(**VARIED_RUN, algorithms=("local",))
     with pytest.raises(ValueError, match=match):
         sweep(config, progress=False, **kwargs)
 
@@ -117,7 +114,7 @@ def test_bad_input_fails_before_any_work(kwargs, match):
 def test_partition_fields_and_val_fraction_sweep_like_runs():
     """Partition knobs and `val_fraction` are grid keys: each run equals `run()`; runs with
     and without a validation split compile apart and the latter get NaN validation rows."""
-    config = ExperimentConfig(**VARIED, algorithms=("local",), pool="train")
+    config = ExperimentConfig(**VARIED_RUN, algorithms=("local",), pool="train")
     grid = {"classes_per_client": [2, 3], "val_fraction": [0.0, 0.25]}
     result = sweep(config, seeds=[0], grid=grid, zip=True, block=2, progress=False)
     assert result.meta["programs"] == 2
@@ -131,7 +128,7 @@ def test_partition_fields_and_val_fraction_sweep_like_runs():
 def test_validation_accuracy_equals_runs_and_ranks_the_grid():
     """With a validation split, each run's per-round target validation accuracy equals
     `run()`'s record, and `summary(metric=...)` ranks the grid on it."""
-    config = ExperimentConfig(**VARIED, algorithms=("local",), val_fraction=0.25)
+    config = ExperimentConfig(**VARIED_RUN, algorithms=("local",), val_fraction=0.25)
     grid = {"lr": [0.05, 0.5]}
     result = sweep(config, seeds=[0], grid=grid, block=2, progress=False)
     for spec in expand(config, [0], grid):
@@ -148,7 +145,7 @@ def test_validation_accuracy_equals_runs_and_ranks_the_grid():
 
 def _links_and_mobility():
     config = ExperimentConfig(
-        **{**VARIED, "rounds": 3},
+        **{**VARIED_RUN, "rounds": 3},
         algorithms=("local", "pfedwn"),
         link_model="bernoulli",
         stale=True,
@@ -186,7 +183,7 @@ def test_moving_runs_with_and_without_selection_share_one_program():
     without channel-aware selection are one program, each run equal to its own `run()`, and
     without selection a re-selection lists at least as many neighbors."""
     config = ExperimentConfig(
-        **{**VARIED, "rounds": 3}, algorithms=("local",), mobility="waypoint", speed=2.0,
+        **{**VARIED_RUN, "rounds": 3}, algorithms=("local",), mobility="waypoint", speed=2.0,
         reselect_every=1, link_model="physical",
     )  # fmt: skip
     grid = {"selection": [True, False]}
@@ -231,7 +228,7 @@ def test_a_job_holds_one_placed_program_at_a_time(monkeypatch):
 
 @pytest.mark.slow  # the quick tier keeps a cheaper check of the same property
 def test_sweep_split_by_max_runs_equals_one_program():
-    config = ExperimentConfig(**{**VARIED, "rounds": 2}, algorithms=("pfedwn",))
+    config = ExperimentConfig(**{**VARIED_RUN, "rounds": 2}, algorithms=("pfedwn",))
     one = sweep(config, seeds="0-2", progress=False)
     split = sweep(config, seeds="0-2", progress=False, max_runs=1)
     assert split.meta["programs"] > one.meta["programs"]

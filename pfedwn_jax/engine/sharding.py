@@ -188,10 +188,7 @@ def manual_slots() -> bool:
     """Whether the code is traced inside a `shard_map` already manual over `"slots"` (the
     runner's program over a mesh of several run and several slot devices): every device
     holds its runs whole, and the slot split is written out by hand (`shard_slots`)."""
-    context = jax.sharding.get_abstract_mesh()
-    if context.empty or SLOT_AXIS not in context.axis_names:
-        return False
-    return SLOT_AXIS in context.manual_axes
+    return SLOT_AXIS in jax.sharding.get_abstract_mesh().manual_axes
 
 
 def _own_block(fn: Callable[..., Any], replicated: Sequence[Any], padded: Any, block: int) -> Any:
@@ -235,6 +232,15 @@ def replicate(tree: Any, num_slots: int, shards: int | None = None) -> Any:
         return tree
     sharding = NamedSharding(slot_mesh(shards), P())
     return jax.tree.map(lambda a: _place(a, sharding), tree)
+
+
+def whole_on_slots(tree: Any, shards: int) -> Any:
+    """Inside a jitted function: every leaf whole on every device of the slot mesh (before a
+    gather across slots); a no-op for one shard or inside a manual slot axis."""
+    if shards == 1 or manual_slots():
+        return tree
+    everywhere = NamedSharding(slot_mesh(shards), P())
+    return jax.tree.map(lambda a: jax.lax.with_sharding_constraint(a, everywhere), tree)
 
 
 def constrain_slots(tree: Any, num_slots: int, shards: int | None = None) -> Any:

@@ -8,11 +8,9 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 
 from pfedwn_jax._checks import check_int, check_range, check_rank, check_tree_leading
-from pfedwn_jax.engine.sharding import constrain_slots, manual_slots, resolve_shards, slot_mesh
+from pfedwn_jax.engine.sharding import constrain_slots, resolve_shards, whole_on_slots
 
 PyTree = Any
 
@@ -160,11 +158,9 @@ def mix_sparse(
             f"weights must have the shape of neighbors {neighbors.shape}; got {weights.shape}"
         )
     s_out = neighbors.shape[0]
-    mesh = slot_mesh(shards) if shards > 1 and not manual_slots() else None
 
     def block(a: jax.Array, dtype: Any) -> jax.Array:  # [S, c] -> [S_out, c]
-        if mesh is not None:
-            a = jax.lax.with_sharding_constraint(a, NamedSharding(mesh, P()))
+        a = whole_on_slots(a, shards)
         w = weights.astype(dtype)
 
         def term(k: int | jax.Array) -> jax.Array:
@@ -250,9 +246,7 @@ def neighbor_sq_dist(
     if neighbors.shape[0] != s:
         raise ValueError(f"neighbors must have one row per slot ({s}); got {neighbors.shape}")
     shards = resolve_shards(shards, s)
-    if shards > 1 and not manual_slots():
-        everywhere = NamedSharding(slot_mesh(shards), P())
-        pool = jax.tree.map(lambda a: jax.lax.with_sharding_constraint(a, everywhere), pool)
+    pool = whole_on_slots(pool, shards)
     size = sum(math.prod(a.shape[1:]) for a in jax.tree.leaves(params))
     chunk = block_size(s, size) if chunk is None else check_int("chunk", chunk, 1)
     chunk = max(chunk, min(s, 2))  # XLA:CPU sums a [1, P] block in another order (last bit)
