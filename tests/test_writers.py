@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import sys
+import time
 import types
 
 import numpy as np
@@ -128,6 +129,28 @@ def test_scalars_leave_out_nan_and_histograms_only_real_pi_entries():
         "pi/client_7": 0.4,  # both columns name client 7 here: the last wins
     }
     np.testing.assert_array_equal(histograms(event, 0)["pi"], [0.7, 0.3])
+
+
+def test_two_tensorboard_writers_in_the_same_second_keep_both_files(tmp_path, monkeypatch):
+    """An interrupted job's writer and the resumed job's, opened in the same second (the
+    clock held still): both event files stay, every round is read back."""
+    pytest.importorskip("tensorboardX")
+    monkeypatch.setattr(time, "time", lambda: 1.7e9)
+
+    def event(rounds):
+        rounds = np.asarray(rounds)
+        return Logged(
+            run=0, labels={"seed": 0}, method="local", rounds=rounds,
+            metrics={"target_accuracy": rounds / 10}, records={}, slots={},
+            arrays={"accuracy": rounds[:, None] / 10, "loss": np.ones((len(rounds), 1))},
+        )  # fmt: skip
+
+    for rounds in ([1, 2, 3], [4, 5]):
+        writer = TensorBoardWriter(tmp_path)
+        writer.log(event(rounds))
+        writer.close()
+    steps = [s for s, _ in scalar_series(tmp_path / "seed=0" / "local")["target_accuracy"]]
+    assert sorted(steps) == [1, 2, 3, 4, 5]
 
 
 def test_kinds_are_checked_and_a_missing_extra_is_named(tmp_path, monkeypatch):

@@ -28,7 +28,9 @@ from __future__ import annotations
 import csv
 import hashlib
 import importlib
+import itertools
 import math
+import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -202,6 +204,9 @@ def _optional(module: str, extra: str, what: str) -> Any:
         ) from None
 
 
+_EVENT_FILES = itertools.count()  # event files this process opened
+
+
 class TensorBoardWriter:
     """TensorBoard event files, `logdir/<run>/<method>/`, one per run and method, so that
     TensorBoard overlays the methods and runs of a tag (`target_accuracy`, `pi/client_3`,
@@ -231,7 +236,12 @@ class TensorBoardWriter:
         key = (event.run, event.method)
         if key not in self._open:
             where = self.logdir / run_name(event.labels) / event.method
-            self._open[key] = self._tbx.SummaryWriter(str(where), purge_step=int(event.rounds[0]))
+            # tensorboardX names a file by the second and the host alone: a resumed job's
+            # writer opened within the same second would overwrite the interrupted one's
+            suffix = f".{os.getpid()}.{next(_EVENT_FILES)}"
+            self._open[key] = self._tbx.SummaryWriter(
+                str(where), purge_step=int(event.rounds[0]), filename_suffix=suffix
+            )
         return self._open[key]
 
     def close(self) -> None:
