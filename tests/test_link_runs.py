@@ -1,4 +1,4 @@
-"""Links that fail round by round inside training (`link_model`, `experiment.links`)."""
+"""Links that fail round by round inside training (`link_model`, `runner.links`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pfedwn_jax
 from pfedwn_jax import ExperimentConfig
 from pfedwn_jax.algorithms import neighbor_lists
 from pfedwn_jax.experiment.federation import build_federation
-from pfedwn_jax.experiment.links import build_links, sample_received
+from pfedwn_jax.runner.links import build_links, sample_received
 from pfedwn_jax.sweeps import expand, run_config
 from pfedwn_jax.wireless import simulate_links
 

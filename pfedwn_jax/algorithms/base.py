@@ -148,7 +148,7 @@ class RoundContext(flax.struct.PyTreeNode):
       lr: ``[]`` float32 SGD learning rate (used when ``optimizer`` is None). An array, not a
         static, so runs with other learning rates share one compiled program.
       momentum: ``[]`` float32 SGD momentum, or None for plain SGD (no trace in the state).
-      links: the experiment's per-round link model (``experiment.links.Links``), or None
+      links: the experiment's per-round link model (``runner.links.Links``), or None
         (``ideal``: every listed model arrives). Inside a round the runner has already
         restricted ``neighbor_mask`` to the models that arrived; an algorithm that keeps
         weights across rounds (pFedWN's pi) renormalises them over that row when this is set.

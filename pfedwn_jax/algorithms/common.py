@@ -206,7 +206,7 @@ def neighbor_models(params: Any, ctx: RoundContext) -> tuple[Any, jax.Array]:
 
     ``params [S, ...]`` are the models the slots send this round; the round returns them as
     its ``sent``. Without stale links this is ``(params, ctx.neighbors)`` itself. With
-    ``stale=True`` (``experiment.links``) the pool is ``concat(params, cache)`` (``[S + S K,
+    ``stale=True`` (``runner.links``) the pool is ``concat(params, cache)`` (``[S + S K,
     ...]``, the last model received over each link) and a failed link points into the cache.
     Every algorithm reads its neighbors' models through this (``mix_sparse(pool, index,
     weights)``, ``neighbor_distances``), once per round.

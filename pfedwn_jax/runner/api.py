@@ -203,7 +203,7 @@ def result_of(
     table: Table, run: int, exp: Experiment, meta: dict[str, Any], setup_s: float, t0: float
 ):
     """The `Result` of run `run` (its experiment `exp`) of a job's table."""
-    from pfedwn_jax.experiment.links import mobility_summary
+    from pfedwn_jax.runner.links import mobility_summary
     from pfedwn_jax.experiment.results import Result
     from pfedwn_jax.experiment.setup import data_info
     from pfedwn_jax.results.entries import method_entry

@@ -2,7 +2,7 @@
 
 The round returns what it produces; nothing leaves it any other way. Everything that lives
 across rounds is in `RunState`: the algorithm's own state and, with `stale` links or
-mobility, the per-link state (`experiment.links.LinkTrack`: the cache of received models,
+mobility, the per-link state (`runner.links.LinkTrack`: the cache of received models,
 node positions, current neighbor lists). The round draws this round's links, runs the
 algorithm's round (which returns the models it sent), caches what arrived of them, and
 evaluates every slot's personalised model: `RoundOut.metrics` (per slot) and
@@ -23,7 +23,7 @@ from pfedwn_jax.algorithms import Algorithm, RoundContext
 from pfedwn_jax.data import ClientData
 from pfedwn_jax.engine import constrain_slots, evaluate
 from pfedwn_jax.experiment.divergence import TRAIN_LOSS, slot_finite
-from pfedwn_jax.experiment.links import begin_round, end_round, init_track, needs_track
+from pfedwn_jax.runner.links import begin_round, end_round, init_track, needs_track
 
 #: Per-slot metrics of every round (`RoundOut.metrics`), `[S]` each; `val_accuracy` only
 #: with a validation split.
@@ -90,7 +90,7 @@ def round_step(
 
 
 def _draw_links(ctx: RoundContext, track: Any, key: jax.Array) -> tuple[RoundContext, dict, Any]:
-    """This round's link outcomes (`experiment.links.begin_round`): the context whose
+    """This round's link outcomes (`runner.links.begin_round`): the context whose
     `neighbor_mask` holds the models the algorithm may combine, the link records and what
     was drawn (for `end_round`); the context itself without a link model."""
     if ctx.links is None:
