@@ -6,7 +6,7 @@ The programmatic API, at the top (imported lazily, on first use):
 - `pfedwn_jax.run(config) -> Result`: every configured method on the same network.
 - `pfedwn_jax.Result`: what `run` returns; `.save(path)` / `Result.load(path)` for the JSON.
 - `pfedwn_jax.sweep(config, seeds=..., grid=...) -> SweepResult`: many runs (seeds x grid)
-  as few compiled programs, over every device (`pfedwn_jax.sweeps`, docs/sweeps.md).
+  as few compiled programs, over every device (docs/sweeps.md).
 - `pfedwn_jax.load_models(path)`: the final personalised models a run or sweep saved
   (`save_models=path`, `pfedwn run --save-models`), with the model and data to evaluate them.
 - `pfedwn_jax.use_cpu_devices()`: one JAX device per CPU core, so clients train in parallel
@@ -22,8 +22,9 @@ Subpackages (imported lazily so `import pfedwn_jax` stays cheap):
 - `pfedwn_jax.data`: datasets, non-IID partitions, stacked client arrays.
 - `pfedwn_jax.models`, `pfedwn_jax.engine`, `pfedwn_jax.algorithms`: stacked training.
 - `pfedwn_jax.em`: EM estimation of aggregation weights.
-- `pfedwn_jax.experiment`: configs, the runner, results and reports.
-- `pfedwn_jax.sweeps`: sweeps (grid, batched programs, tidy results, checkpoints).
+- `pfedwn_jax.experiment`: configs, the grid of a sweep, the federation, host set-up.
+- `pfedwn_jax.runner`: the driver (compiled rounds, checkpoints, writers, saved models).
+- `pfedwn_jax.results`: `Result`, `SweepResult`, the per-round table, stats, plots, reports.
 - `pfedwn_jax.distributed`: meshes over devices and hosts; `pfedwn_jax.state_store`: orbax.
 - `pfedwn_jax.io`: atomic file writes; `pfedwn_jax.plotting`: matplotlib, lazily.
 - `pfedwn_jax.frames`: results as tidy tables (pandas optional); `pfedwn_jax.provenance`:
@@ -37,10 +38,10 @@ __version__ = "0.1.0"
 # top-level name -> (module defining it, its name there); imported on first access (JAX)
 _LAZY = {
     "ExperimentConfig": ("pfedwn_jax.experiment", "ExperimentConfig"),
-    "Result": ("pfedwn_jax.experiment", "Result"),
-    "run": ("pfedwn_jax.experiment", "run"),
-    "sweep": ("pfedwn_jax.sweeps", "sweep"),
-    "SweepResult": ("pfedwn_jax.sweeps", "SweepResult"),
+    "Result": ("pfedwn_jax.results.result", "Result"),
+    "run": ("pfedwn_jax.runner.api", "run"),
+    "sweep": ("pfedwn_jax.runner.api", "sweep"),
+    "SweepResult": ("pfedwn_jax.results.sweep", "SweepResult"),
     "use_cpu_devices": ("pfedwn_jax.devices", "use_cpu_devices"),
     "use_compilation_cache": ("pfedwn_jax.devices", "use_compilation_cache"),
     "register_model": ("pfedwn_jax.models", "register_model"),
@@ -64,8 +65,9 @@ _SUBMODULES = (
     "plotting",
     "provenance",
     "reproduce",
+    "results",
+    "runner",
     "state_store",
-    "sweeps",
     "wireless",
 )
 

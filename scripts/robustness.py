@@ -1,7 +1,7 @@
 """The robustness experiment: target accuracy vs gamma_th, eps, link loss and node speed.
 
 For pFedWN and every baseline, with and without channel-aware selection, several seeds with
-95% intervals (`pfedwn_jax.experiment.robustness`; docs/robustness.md, "Results").
+95% intervals (`pfedwn_jax.reproduce.robustness`; docs/robustness.md, "Results").
 
     python scripts/robustness.py --preset small --out docs/img/robustness
     python scripts/robustness.py --preset gpu --out runs/robustness --only gamma,speed
@@ -27,7 +27,7 @@ from pfedwn_jax.cli.common import (
     parse_seed_list,
     run_command,
 )
-from pfedwn_jax.experiment.robustness import AXES, PRESETS, parse_axes, run_robustness
+from pfedwn_jax.reproduce.robustness import AXES, PRESETS, parse_axes, run_robustness
 
 PROG = Path(__file__).name
 

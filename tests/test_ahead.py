@@ -10,10 +10,9 @@ import numpy as np
 import pytest
 from helpers import TINY_RUN
 
-from pfedwn_jax import ExperimentConfig
+from pfedwn_jax import ExperimentConfig, sweep
 from pfedwn_jax.runner import program
 from pfedwn_jax.runner.ahead import Ahead
-from pfedwn_jax.sweeps import sweep
 
 
 def test_ahead_gives_what_it_compiled_and_drops_failures():

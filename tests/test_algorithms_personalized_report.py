@@ -7,8 +7,10 @@ import argparse
 import numpy as np
 import pytest
 
+from pfedwn_jax import Result
 from pfedwn_jax.cli.run import configs_from_args
-from pfedwn_jax.experiment import ExperimentConfig, Result, format_table_cases, plot_pi_history
+from pfedwn_jax.experiment import ExperimentConfig
+from pfedwn_jax.results.report import format_table_cases, plot_pi_history
 
 
 def fake_result(accs: dict[str, float], gamma_th=5.0, pi=None, name="mnist") -> Result:
@@ -80,7 +82,7 @@ def test_pi_history_plot_of_neighbor_list_records(tmp_path):
     """`pi [R, S, K]` with columns as in `network.slot_neighbors` (network mode, uneven
     degrees): the plot maps columns to clients through the lists; dense `[R, S, S]` results
     written before the lists map column j to slot j."""
-    from pfedwn_jax.experiment.report import pi_columns, pi_targets
+    from pfedwn_jax.results.report import pi_columns, pi_targets
 
     rounds, nbr = 4, [[0, 2, 0], [1, 0, 2], [2, 2, 2]]
     pi = np.zeros((rounds, 3, 3))

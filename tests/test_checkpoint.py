@@ -17,9 +17,9 @@ from helpers import TINY_RUN
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from pfedwn_jax import state_store
+from pfedwn_jax import run, state_store
 from pfedwn_jax.cli import main
-from pfedwn_jax.experiment import ExperimentConfig, run
+from pfedwn_jax.experiment import ExperimentConfig
 from pfedwn_jax.runner import checkpoint as ckpt
 
 # tiny and fast: logistic regression, 4 clients, two methods

@@ -10,9 +10,11 @@ import statistics
 import numpy as np
 import pytest
 
-from pfedwn_jax.experiment import ExperimentConfig, run
-from pfedwn_jax.experiment.report import count_links, format_table
-from pfedwn_jax.experiment.results import (
+from pfedwn_jax import run
+from pfedwn_jax.experiment import ExperimentConfig
+from pfedwn_jax.results.entries import method_entry
+from pfedwn_jax.results.report import count_links, format_table
+from pfedwn_jax.results.result import (
     COMPACT_SCHEMA,
     OLD_SCHEMA,
     SCHEMA,
@@ -20,7 +22,6 @@ from pfedwn_jax.experiment.results import (
     arrays_path,
     load_arrays,
 )
-from pfedwn_jax.results.entries import method_entry
 from pfedwn_jax.results.table import RunInfo, Table
 
 NETWORK = dict(

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from pfedwn_jax import run
 from pfedwn_jax.data import (
     available_datasets,
     dataset_fingerprint,
@@ -16,7 +17,7 @@ from pfedwn_jax.data import (
     registered_datasets,
     unregister_dataset,
 )
-from pfedwn_jax.experiment import ExperimentConfig, run
+from pfedwn_jax.experiment import ExperimentConfig
 from pfedwn_jax.models import check_model_fits, get_model
 
 

@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 from helpers import TINY_RUN
 
+from pfedwn_jax import Result, run
 from pfedwn_jax.cli import main as cli_main
 from pfedwn_jax.cli.run import EXIT_DIVERGED
-from pfedwn_jax.experiment import ExperimentConfig, Result, format_table, run
-from pfedwn_jax.experiment.divergence import LOSS_BOUND, slot_finite
+from pfedwn_jax.experiment import ExperimentConfig
+from pfedwn_jax.results.divergence import LOSS_BOUND, slot_finite
+from pfedwn_jax.results.report import format_table
 
 # FedProx with lr * mu = 500 oscillates out of bounds within its first round; Local is fine
 CFG = ExperimentConfig(

@@ -12,8 +12,8 @@ import pytest
 from helpers import TINY_RUN
 
 import pfedwn_jax
-from pfedwn_jax import experiment
-from pfedwn_jax.experiment import ExperimentConfig, Result, build_federation, run
+from pfedwn_jax import Result, experiment, run
+from pfedwn_jax.experiment import ExperimentConfig, build_federation
 from pfedwn_jax.experiment.federation import network_perr
 from pfedwn_jax.io import atomic_open, atomic_write_text
 from pfedwn_jax.runner import api as runner_api

@@ -14,11 +14,11 @@ import types
 import pytest
 from helpers import TINY_RUN
 
-from pfedwn_jax import io
+from pfedwn_jax import io, run
 from pfedwn_jax.cli import describe_os_error, main
 from pfedwn_jax.cli import run as cli_run
-from pfedwn_jax.experiment import ExperimentConfig, format_table, run
-from pfedwn_jax.experiment.report import RESUMED_NOTE
+from pfedwn_jax.experiment import ExperimentConfig
+from pfedwn_jax.results.report import RESUMED_NOTE, format_table
 from pfedwn_jax.runner import api as runner_api
 from pfedwn_jax.runner import progress as progress_mod
 

@@ -9,7 +9,8 @@ import pandas as pd  # the test extra installs pandas: these tests are never ski
 import pytest
 from helpers import table_entry
 
-from pfedwn_jax.experiment import ExperimentConfig, Result
+from pfedwn_jax import Result
+from pfedwn_jax.experiment import ExperimentConfig
 from pfedwn_jax.frames import RESULT_COLUMNS, result_columns
 
 

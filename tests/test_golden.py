@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pfedwn_jax.experiment import ExperimentConfig, run
+from pfedwn_jax import run
+from pfedwn_jax.experiment import ExperimentConfig
 
 GOLDEN = json.loads((Path(__file__).parent / "data" / "golden_results.json").read_text())
 KEYS = ("target_accuracy", "target_loss", "client_accuracy", "client_loss")

@@ -10,8 +10,8 @@ from helpers import TINY_RUN
 import pfedwn_jax
 from pfedwn_jax import ExperimentConfig
 from pfedwn_jax.experiment.federation import channel_params, network_perr
-from pfedwn_jax.runner.links import begin_round, end_round, init_track, reselect
 from pfedwn_jax.experiment.setup import setup
+from pfedwn_jax.runner.links import begin_round, end_round, init_track, reselect
 
 BASE = {**TINY_RUN, "rounds": 2, "num_neighbors": 6, "gamma_th": 5.0, "eps": 0.1}
 

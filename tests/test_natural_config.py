@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pfedwn_jax import run
 from pfedwn_jax.cli import main
 from pfedwn_jax.data import ALL_SCHEMES
-from pfedwn_jax.experiment import ExperimentConfig, run
+from pfedwn_jax.experiment import ExperimentConfig
 from pfedwn_jax.experiment.setup import load_data
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist_10k_2k.npz"

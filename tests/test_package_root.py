@@ -26,16 +26,17 @@ def test_import_is_light_and_dir_lists_only_the_api():
     names = set(out["dir"])
     assert not {"_LAZY", "_SUBMODULES", "importlib", "_importlib"} & names
     assert set(pfedwn_jax.__all__) <= names
-    assert {"wireless", "data", "models", "algorithms", "sweeps"} <= names
+    assert {"wireless", "data", "models", "algorithms", "runner", "results"} <= names
 
 
 def test_subpackages_load_lazily_in_a_fresh_process():
     code = (
         "import sys, pfedwn_jax\n"
         "assert 'pfedwn_jax.wireless' not in sys.modules\n"
-        "print(pfedwn_jax.wireless.__name__, pfedwn_jax.em.__name__)"
+        "print(pfedwn_jax.wireless.__name__, pfedwn_jax.em.__name__,"
+        " pfedwn_jax.runner.__name__, pfedwn_jax.results.Result.__name__)"
     )
-    assert _fresh(code) == "pfedwn_jax.wireless pfedwn_jax.em"
+    assert _fresh(code) == "pfedwn_jax.wireless pfedwn_jax.em pfedwn_jax.runner Result"
 
 
 def test_every_public_name_resolves_and_registers_are_the_registries():

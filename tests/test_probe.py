@@ -83,7 +83,8 @@ class _Stop(Exception):
 
 def _interrupted(out: Path, **fields: Any) -> Path:
     """`out/checkpoint` of `CKPT_RUN` (with `fields`) stopped after round 2 (steps 1 and 2)."""
-    from pfedwn_jax.experiment import ExperimentConfig, run
+    from pfedwn_jax import run
+    from pfedwn_jax.experiment import ExperimentConfig
 
     def stop(name: str, rounds_done: int, metrics: Any) -> None:
         if rounds_done == 2:
@@ -153,7 +154,7 @@ def _config(**kw: Any) -> Any:
 
 
 def _run(config: Any = None, **kw: Any) -> Any:
-    from pfedwn_jax.experiment import run
+    from pfedwn_jax import run
 
     cfg = _config(model="logreg", num_neighbors=3, rounds=1, algorithms=("local",))
     return run(cfg if config is None else config, progress=False, **kw)
@@ -193,7 +194,7 @@ def _estimate() -> Any:
 
 
 def _result_load(path: Path) -> Any:
-    from pfedwn_jax.experiment import Result
+    from pfedwn_jax import Result
 
     return Result.load(path)
 

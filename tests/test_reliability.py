@@ -173,7 +173,7 @@ def test_a_stray_label_is_named_with_the_label_count(tmp_path, caplog):
     ],
 )
 def test_result_load_of_a_damaged_file_names_the_file(tmp_path, content, expected):
-    from pfedwn_jax.experiment import Result
+    from pfedwn_jax import Result
 
     path = tmp_path / "results.json"
     path.write_bytes(content)
@@ -412,7 +412,8 @@ def test_round_axes_have_whole_ticks_and_saved_figures_keep_their_labels(rounds,
 
 def test_a_one_round_learning_curve_draws_its_points(monkeypatch, tmp_path):
     pytest.importorskip("matplotlib")
-    from pfedwn_jax.experiment import report, run
+    from pfedwn_jax import run
+    from pfedwn_jax.results import report
 
     drawn = {}
     save = report.save_figure

@@ -1,4 +1,4 @@
-"""Run plots (`experiment.report`): network mode draws the spread of client accuracy."""
+"""Run plots (`results.report`): network mode draws the spread of client accuracy."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 from helpers import table_entry
 
-from pfedwn_jax.experiment import ExperimentConfig, Result, plot_learning_curves
+from pfedwn_jax import Result
+from pfedwn_jax.experiment import ExperimentConfig
+from pfedwn_jax.results.report import plot_learning_curves
 
 pytest.importorskip("matplotlib")
 
@@ -27,7 +29,7 @@ def fake_result(mode: str, rounds: int = 4, slots: int = 20) -> Result:
 def _figure(monkeypatch, result: Result):
     figures: list = []
     monkeypatch.setattr(
-        "pfedwn_jax.experiment.report.save_figure", lambda fig, path: figures.append(fig) or path
+        "pfedwn_jax.results.report.save_figure", lambda fig, path: figures.append(fig) or path
     )
     plot_learning_curves(result, "unused.png")
     (fig,) = figures

@@ -20,7 +20,7 @@ from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.reproduce import learning, presets, runs, tables
 from pfedwn_jax.reproduce.cases import paper_cases
 from pfedwn_jax.reproduce.paper_numbers import PAPER_MAX
-from pfedwn_jax.sweeps.result import SweepResult
+from pfedwn_jax.results.sweep import SweepResult
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -254,7 +254,7 @@ def test_a_saved_sweep_with_the_same_runs_is_read_back_not_rerun(tmp_path, monke
 def test_every_preset_grid_point_is_a_valid_config(name):
     """Each preset's per-method base config and grid points pass `ExperimentConfig`'s checks
     (no data is loaded): a typo in the never-run `paper` preset fails here, not on a GPU."""
-    from pfedwn_jax.sweeps.grid import expand, run_config
+    from pfedwn_jax.experiment.grid import expand, run_config
 
     p = presets.PRESETS[name]
     for spec in p.datasets:

@@ -18,7 +18,7 @@ from scipy import stats
 
 from pfedwn_jax.reproduce import crossover, learning, presets, runs, tables
 from pfedwn_jax.reproduce.presets import DataSpec
-from pfedwn_jax.sweeps.result import SweepResult
+from pfedwn_jax.results.sweep import SweepResult
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""scripts/robustness.py and `pfedwn_jax.experiment.robustness`: the plan of runs, the
+"""scripts/robustness.py and `pfedwn_jax.reproduce.robustness`: the plan of runs, the
 statistics, and the artifacts of a tiny run (every method x setting x seed in the table)."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from pfedwn_jax.experiment import robustness as rb
-from pfedwn_jax.experiment.robustness import PRESETS, plan, run_stats, summarize
+from pfedwn_jax.reproduce import robustness as rb
+from pfedwn_jax.reproduce.robustness import PRESETS, plan, run_stats, summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -155,7 +155,8 @@ def test_resolve_shards_and_cpu_devices_errors():
     ],
 )
 def test_runner_results_do_not_depend_on_shards(mode, neighbors, algorithms):
-    from pfedwn_jax.experiment import ExperimentConfig, run
+    from pfedwn_jax import run
+    from pfedwn_jax.experiment import ExperimentConfig
 
     cfg = ExperimentConfig(
         model="logreg",

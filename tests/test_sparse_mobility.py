@@ -10,8 +10,8 @@ from helpers import TINY_RUN
 
 import pfedwn_jax
 from pfedwn_jax import ExperimentConfig
-from pfedwn_jax.runner.links import begin_round, end_round, init_track, reselect_sparse
 from pfedwn_jax.experiment.setup import setup
+from pfedwn_jax.runner.links import begin_round, end_round, init_track, reselect_sparse
 from pfedwn_jax.wireless import grid
 from pfedwn_jax.wireless.neighbors import candidate_neighbors
 

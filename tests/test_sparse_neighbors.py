@@ -20,6 +20,7 @@ import pytest
 from helpers import CLASSES, SHAPE, make_data
 from toy_groups import ADJ
 
+from pfedwn_jax import run
 from pfedwn_jax.algorithms import (
     RoundContext,
     dense_adjacency,
@@ -42,7 +43,7 @@ from pfedwn_jax.engine import (
     sq_dist,
     take_slots,
 )
-from pfedwn_jax.experiment import ExperimentConfig, run
+from pfedwn_jax.experiment import ExperimentConfig
 from pfedwn_jax.models import get_model
 from pfedwn_jax.runner.batch import pad_lists
 

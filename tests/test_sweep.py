@@ -7,10 +7,10 @@ import pytest
 from helpers import VARIED_RUN, loss_rtol
 
 import pfedwn_jax
-from pfedwn_jax import ExperimentConfig
+from pfedwn_jax import ExperimentConfig, sweep
 from pfedwn_jax.algorithms import available_algorithms
+from pfedwn_jax.experiment.grid import expand, run_config
 from pfedwn_jax.results.table import Table
-from pfedwn_jax.sweeps import expand, run_config, sweep
 
 EVERY_NUMBER = {
     "topology_seed": [0, 3],

@@ -1,4 +1,4 @@
-"""`pfedwn_jax.sweeps.grid`: seeds, grid keys, the runs of a sweep and the config of each run."""
+"""`pfedwn_jax.experiment.grid`: seeds, grid keys, the runs of a sweep and each run's config."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from pfedwn_jax._checks import SEED_MAX
 from pfedwn_jax.algorithms import available_algorithms, get_algorithm
 from pfedwn_jax.experiment import ExperimentConfig
-from pfedwn_jax.sweeps.grid import (
+from pfedwn_jax.experiment.grid import (
     GRID_FIELDS,
     MAX_RUNS,
     RunSpec,

@@ -20,8 +20,8 @@ import pytest
 import scipy.stats
 
 from pfedwn_jax.plotting import pyplot
-from pfedwn_jax.sweeps.result import COLUMNS, SCHEMA, SweepResult
-from pfedwn_jax.sweeps.stats import mean_std_ci, student_t_ppf
+from pfedwn_jax.results.stats import mean_std_ci, student_t_ppf
+from pfedwn_jax.results.sweep import COLUMNS, SCHEMA, SweepResult
 
 GRID = {"lr": [0.01, 0.05], "pfedwn.a": [0.3, 0.5, 0.7]}
 SEEDS = (0, 1, 2)
@@ -425,8 +425,8 @@ def test_plots_are_written(tmp_path):
 
 
 def test_plots_without_matplotlib_write_nothing(tmp_path, monkeypatch):
-    monkeypatch.setattr("pfedwn_jax.sweeps.result.pyplot", lambda: None)
-    monkeypatch.setattr("pfedwn_jax.sweeps.plots.pyplot", lambda: None)
+    monkeypatch.setattr("pfedwn_jax.results.sweep.pyplot", lambda: None)
+    monkeypatch.setattr("pfedwn_jax.results.plots.pyplot", lambda: None)
     result = make_result()
     assert result.plot_curves(tmp_path / "c.png") is None
     assert result.plot_heatmap(tmp_path / "h.png", "local") is None
@@ -454,7 +454,7 @@ def test_curve_plot_draws_the_means_and_their_intervals(tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
     figures = []
     monkeypatch.setattr(
-        "pfedwn_jax.sweeps.plots.save_figure", lambda fig, path: figures.append(fig) or path
+        "pfedwn_jax.results.plots.save_figure", lambda fig, path: figures.append(fig) or path
     )
     result = make_result(seeds=(0, 1))  # two seeds: t_{0.975, 1} = 12.7, bands beyond [0, 1]
     result.plot_curves(tmp_path / "c.png")
@@ -491,7 +491,7 @@ def _captured(monkeypatch) -> list:
     """Figures passed to the sweep's `save_figure` (nothing is written)."""
     figures: list = []
     monkeypatch.setattr(
-        "pfedwn_jax.sweeps.plots.save_figure", lambda fig, path: figures.append(fig) or path
+        "pfedwn_jax.results.plots.save_figure", lambda fig, path: figures.append(fig) or path
     )
     return figures
 

@@ -9,8 +9,9 @@ import jax
 import numpy as np
 import pytest
 
+from pfedwn_jax import run
 from pfedwn_jax.cli import main
-from pfedwn_jax.experiment import ExperimentConfig, build_federation, run
+from pfedwn_jax.experiment import ExperimentConfig, build_federation
 from pfedwn_jax.wireless import ChannelParams, place_network, place_uniform, topology_keys
 
 

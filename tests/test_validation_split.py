@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 from helpers import TINY_RUN, decode, indexed_dataset
 
+from pfedwn_jax import run
 from pfedwn_jax.cli.run import add_config_flags, config_from_args
 from pfedwn_jax.data import make_federated
 from pfedwn_jax.data.federate import class_options, split_validation
 from pfedwn_jax.data.partition import partition
-from pfedwn_jax.experiment import ExperimentConfig, run
+from pfedwn_jax.experiment import ExperimentConfig
 from pfedwn_jax.experiment.setup import load_data
 
 DATA = indexed_dataset(n_train=400, n_test=100, classes=5)

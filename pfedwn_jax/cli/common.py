@@ -104,7 +104,7 @@ def check_out_dir(path: str | Path, flag: str = "--out") -> Path:
 def parse_seed_list(text: str, flag: str = "--seeds") -> list[int]:
     """`"0,1,2"` or a range `"0-4"` as seeds (each >= 0, none repeated); `ValueError` naming
     `flag`, the bad item and the allowed form."""
-    from pfedwn_jax.sweeps.grid import parse_seeds  # the sweep CLI's parser
+    from pfedwn_jax.experiment.grid import parse_seeds  # the sweep CLI's parser
 
     return list(as_flag(flag, "seeds", parse_seeds, text))
 

@@ -5,7 +5,7 @@ pFedWN runs, `DIR/pi_history.png` (its EM weights, the paper's Fig. 8).
 Values come from the defaults, then `--config file.toml`, then the flags given.
 
 Several cases: `--dataset a,b` and/or `--gamma-th 5,10,15` (with `--target` either one value
-or one per gamma_th) run every case (gamma_th, target: a zipped grid, `sweeps.grid.expand`)
+or one per gamma_th) run every case (gamma_th, target: a zipped grid, `experiment.grid.expand`)
 on every dataset as one job (runs that share shapes share compiled programs), each case's
 results in its own `DIR/<case>/` directory, and print the paper's Table II layout with one
 column per case/dataset (also written to `DIR/table.txt`, with `DIR/cases.json` listing the
@@ -51,16 +51,16 @@ from pfedwn_jax.cli.common import (
     writers_from_args,
 )
 from pfedwn_jax.distributed import is_writer
-from pfedwn_jax.experiment import (
-    ExperimentConfig,
-    Result,
+from pfedwn_jax.experiment import ExperimentConfig
+from pfedwn_jax.io import atomic_write_json, atomic_write_text, check_writable_dir
+from pfedwn_jax.plotting import MISSING
+from pfedwn_jax.results.report import (
     format_table,
     format_table_cases,
     plot_learning_curves,
     plot_pi_history,
 )
-from pfedwn_jax.io import atomic_write_json, atomic_write_text, check_writable_dir
-from pfedwn_jax.plotting import MISSING
+from pfedwn_jax.results.result import Result
 
 # Fields whose flag takes a comma-separated list: each value is its own case (see above).
 CASE_FIELDS = {
@@ -295,9 +295,9 @@ def _split(value: Any) -> list[Any]:
 
 def configs_from_args(args: argparse.Namespace) -> list[ExperimentConfig]:
     """One `ExperimentConfig` per (case, dataset): the cases are the zipped grid of the
-    `--gamma-th` and `--target` lists (`sweeps.grid.expand`; a single value is used for every
+    `--gamma-th` and `--target` lists (`experiment.grid.expand`; a single value is used for every
     case), in paper Table II order (case-major)."""
-    from pfedwn_jax.sweeps.grid import expand, run_config
+    from pfedwn_jax.experiment.grid import expand, run_config
 
     datasets = _split(getattr(args, "dataset", None))
     gammas = _split(getattr(args, "gamma_th", None))

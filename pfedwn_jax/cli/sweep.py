@@ -57,8 +57,8 @@ from pfedwn_jax.cli.run import (
     flag,
 )
 from pfedwn_jax.experiment import ExperimentConfig
+from pfedwn_jax.experiment.grid import GRID_FIELDS, RunSpec, expand, parse_grid_arg, parse_seeds
 from pfedwn_jax.io import check_writable_dir
-from pfedwn_jax.sweeps.grid import GRID_FIELDS, RunSpec, expand, parse_grid_arg, parse_seeds
 
 CHECKPOINT = "checkpoint"  # a directory under --out (the sweep library's format)
 DEFAULT_SEEDS = "0"
@@ -250,7 +250,7 @@ def main(args: argparse.Namespace) -> int:
         f"sweep: {len(opts.runs)} run(s) = {len(opts.runs) // len(opts.seeds)} grid point(s) x "
         f"{len(opts.seeds)} seed(s); methods: {', '.join(opts.config.method_names)}"
     )
-    from pfedwn_jax.sweeps import sweep  # lazily: the compiled program loads only to run
+    from pfedwn_jax.runner.api import sweep  # lazily: the compiled program loads only to run
 
     checkpoint = out / CHECKPOINT
     writers = writers_from_args(args, out)

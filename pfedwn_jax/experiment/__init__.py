@@ -1,37 +1,19 @@
-"""Experiments: `ExperimentConfig`, `run(config) -> Result`, results JSON and reports.
+"""Experiments set up on the host: `ExperimentConfig`, the grid of a sweep, the federation.
 
-See `docs/experiments.md` for the results file schema and the config fields.
+See `docs/experiments.md` for the config fields and the results file schema.
 """
 
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.experiment.federation import Federation, build_federation
-from pfedwn_jax.experiment.report import (
-    format_table,
-    format_table_cases,
-    plot_learning_curves,
-    plot_pi_history,
-)
-from pfedwn_jax.experiment.results import SCHEMA, Result
+from pfedwn_jax.experiment.grid import RunSpec, expand, grid_keys, parse_seeds, run_config
 
 __all__ = [
-    "SCHEMA",
     "ExperimentConfig",
     "Federation",
-    "Result",
+    "RunSpec",
     "build_federation",
-    "format_table",
-    "format_table_cases",
-    "plot_learning_curves",
-    "plot_pi_history",
-    "run",
+    "expand",
+    "grid_keys",
+    "parse_seeds",
+    "run_config",
 ]
-
-
-def __getattr__(name: str):
-    """`run` from the engine (`runner.api`), imported on first use: the engine imports this
-    package's modules, so importing it here would be circular."""
-    if name == "run":
-        from pfedwn_jax.runner.api import run
-
-        return run
-    raise AttributeError(f"module 'pfedwn_jax.experiment' has no attribute {name!r}")

@@ -29,9 +29,9 @@ from pfedwn_jax.data.batching import fit_batch_size
 from pfedwn_jax.data.federate import class_options
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.experiment.federation import Federation, build_federation
-from pfedwn_jax.runner.links import build_links, mobile_federation
 from pfedwn_jax.models import get_model
 from pfedwn_jax.provenance import provenance
+from pfedwn_jax.runner.links import build_links, mobile_federation
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -12,7 +12,7 @@ import numpy as np
 from pfedwn_jax.reproduce.presets import METHODS, Preset
 from pfedwn_jax.reproduce.runs import SPECIAL, pick
 from pfedwn_jax.reproduce.tables import finite, row_of
-from pfedwn_jax.sweeps.result import SweepResult
+from pfedwn_jax.results.sweep import SweepResult
 
 
 def _curve(res: SweepResult, row: Mapping[str, Any], metric: str) -> dict[str, np.ndarray]:
@@ -95,8 +95,8 @@ def fig8(rows, sweeps, preset: Preset, out: Path) -> dict[str, Path]:
     """Fig. 8: pFedWN's EM weights of the Case 1 target (fig8 dataset) at its chosen point,
     from the Table II sweep's records (first seed): the first estimate's EM path (prior, outer
     steps, refined pi: the paper's convergence of the weights) and pi over the rounds."""
-    from pfedwn_jax.experiment.results import to_jsonable
     from pfedwn_jax.io import atomic_write_json
+    from pfedwn_jax.results.result import to_jsonable
 
     cases = [r for r in rows if r["dataset"] == preset.fig8 and r["method"] == "pfedwn"]
     row = next(r for r in cases if r["case"] not in SPECIAL)

@@ -2,7 +2,7 @@
 
 Per dataset, method and settings group (Table II's cases; the 20-neighbor network; Fig. 1's
 all-client network), one `run_configs` call holds every setting x grid point
-(`sweeps.grid.expand`) x seed, so the cases share compiled programs, and each group's sweep is
+(`experiment.grid.expand`) x seed, so the cases share compiled programs, and each group's sweep is
 saved apart (a later reproduction reads it back); `merge_sweeps` joins a method's groups.
 pFedWN's sweeps keep its per-round EM weights (`pi`, `pi_trace`: Fig. 8).
 Each method's hyperparameters are chosen per setting on the validation split (`choose`: mean
@@ -30,7 +30,7 @@ from pfedwn_jax.reproduce.cases import (
     paper_cases,
 )
 from pfedwn_jax.reproduce.presets import FIXED_A, DataSpec, Preset
-from pfedwn_jax.sweeps.result import SweepResult
+from pfedwn_jax.results.sweep import SweepResult
 
 #: pFedWN's records every sweep of it keeps (Fig. 8 reads them).
 PFEDWN_RECORDS = ("pi", "pi_trace")
@@ -130,14 +130,14 @@ def run_settings(
     cache: Path | None = None,
     max_runs: int | None = None,
 ) -> tuple[SweepResult, list[dict[str, Any]]]:
-    """Every setting x grid point x seed (`sweeps.grid.expand`: grid points in product order,
+    """Every setting x grid point x seed (`experiment.grid.expand`: grid points in product order,
     seeds innermost) as one `run_configs` call; the `SweepResult` (swept: "case", the grid
     keys and the settings' `extra` labels; pFedWN's `PFEDWN_RECORDS` kept) and every run's
     label and full config (for the CSV/JSON). With `cache`, a sweep already saved there with
     the same runs is read back instead of run, and a new one is saved there. `max_runs`: runs
     per compiled program (None: as many as the memory plan fits)."""
+    from pfedwn_jax.experiment.grid import expand, run_config
     from pfedwn_jax.runner.api import run_configs
-    from pfedwn_jax.sweeps.grid import expand, run_config
 
     configs, labels = [], []
     for st in setting_list:

@@ -12,7 +12,7 @@ import numpy as np
 from scipy import stats
 
 from pfedwn_jax.reproduce.runs import SPECIAL, STATS
-from pfedwn_jax.sweeps.result import SweepResult
+from pfedwn_jax.results.sweep import SweepResult
 
 TABLE_COLUMNS = (
     "dataset", "case", "method", "chosen", "seeds", "n", "n_diverged", "val_last_mean",

@@ -1,4 +1,5 @@
-"""Results: the per-round metric registry and the table every run and sweep fills."""
+"""Results: the per-round metric registry, the table every run and sweep fills, `Result` (one
+run's methods), `SweepResult` (a sweep's tidy table), their stats, plots and reports."""
 
 from pfedwn_jax.results.metrics import (
     Rounds,
@@ -6,11 +7,15 @@ from pfedwn_jax.results.metrics import (
     register_metric,
     unregister_metric,
 )
+from pfedwn_jax.results.result import Result
+from pfedwn_jax.results.sweep import SweepResult
 from pfedwn_jax.results.table import RunInfo, Table, Track
 
 __all__ = [
+    "Result",
     "Rounds",
     "RunInfo",
+    "SweepResult",
     "Table",
     "Track",
     "metric_names",

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from pfedwn_jax.experiment.divergence import LOSS_BOUND, check_policy
 from pfedwn_jax.results import metrics as metric_registry
+from pfedwn_jax.results.divergence import LOSS_BOUND, check_policy
 
 log = logging.getLogger("pfedwn_jax")
 

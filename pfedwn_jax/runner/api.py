@@ -23,10 +23,10 @@ from pfedwn_jax.distributed import make_mesh
 from pfedwn_jax.engine import resolve_shards
 from pfedwn_jax.engine.sharding import slot_mesh
 from pfedwn_jax.experiment.config import ExperimentConfig
-from pfedwn_jax.experiment.divergence import check_policy
 from pfedwn_jax.experiment.setup import Experiment, environment, setup
 from pfedwn_jax.interrupts import interrupt_guard
 from pfedwn_jax.io import check_writable_dir
+from pfedwn_jax.results.divergence import check_policy
 from pfedwn_jax.results.table import Table
 from pfedwn_jax.runner.checkpoint import Checkpoint, check_available, fingerprint, job_of
 from pfedwn_jax.runner.execute import Options, execute
@@ -203,10 +203,10 @@ def result_of(
     table: Table, run: int, exp: Experiment, meta: dict[str, Any], setup_s: float, t0: float
 ):
     """The `Result` of run `run` (its experiment `exp`) of a job's table."""
-    from pfedwn_jax.runner.links import mobility_summary
-    from pfedwn_jax.experiment.results import Result
     from pfedwn_jax.experiment.setup import data_info
     from pfedwn_jax.results.entries import method_entry
+    from pfedwn_jax.results.result import Result
+    from pfedwn_jax.runner.links import mobility_summary
 
     c = exp.config
     methods = {
@@ -400,7 +400,7 @@ def sweep(
     checkpoint_every: int = 1,
     save_models: str | Path | None = None,
 ):
-    """Every run of `seeds` x `grid` (`sweeps.grid.expand`), as few compiled programs as
+    """Every run of `seeds` x `grid` (`experiment.grid.expand`), as few compiled programs as
     shapes allow; returns the tidy `SweepResult` (one row per run x method x round).
 
     Each run computes what `pfedwn_jax.run(grid.run_config(config, spec))` computes. `block`
@@ -413,8 +413,8 @@ def sweep(
     `save_models` as in `run()` (one TensorBoard directory or W&B run per grid point and
     seed; `load_models` run i is the table's run i). See docs/sweeps.md.
     """
-    from pfedwn_jax.sweeps.grid import expand, run_config
-    from pfedwn_jax.sweeps.result import SweepResult
+    from pfedwn_jax.experiment.grid import expand, run_config
+    from pfedwn_jax.results.sweep import SweepResult
 
     if not isinstance(config, ExperimentConfig):
         raise ValueError(f"config must be an ExperimentConfig; got {type(config).__name__}")

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from pfedwn_jax.algorithms import Algorithm, RoundContext
 from pfedwn_jax.data import ClientData
 from pfedwn_jax.engine import constrain_slots, evaluate
-from pfedwn_jax.experiment.divergence import TRAIN_LOSS, slot_finite
+from pfedwn_jax.results.divergence import TRAIN_LOSS, slot_finite
 from pfedwn_jax.runner.links import begin_round, end_round, init_track, needs_track
 
 #: Per-slot metrics of every round (`RoundOut.metrics`), `[S]` each; `val_accuracy` only

@@ -12,7 +12,8 @@ from pfedwn_jax.devices import use_cpu_devices
 
 use_cpu_devices(2)
 
-from pfedwn_jax.experiment import ExperimentConfig, run  # noqa: E402
+from pfedwn_jax import run  # noqa: E402
+from pfedwn_jax.experiment import ExperimentConfig  # noqa: E402
 
 KEYS = ("target_accuracy", "target_loss", "client_accuracy", "client_loss", "records")
 

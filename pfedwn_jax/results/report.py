@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pfedwn_jax.experiment.results import Result
 from pfedwn_jax.plotting import curve_style, pyplot, rounds_axis, save_figure
+from pfedwn_jax.results.result import Result
 
 RESUMED_NOTE = "* resumed: time includes the interrupted run's rounds and compilation"
 

@@ -3,8 +3,8 @@
 One row per run x method x round (columns in `COLUMNS`, plus one per swept key). Everything
 else is computed from the rows on the host with numpy: `summary()` (per grid point and method:
 mean, standard deviation and Student-t 95% interval over seeds of the final, last-`window`-round
-mean and maximum target accuracy; intervals in `sweeps.stats`), `curves()` (the same per
-round), CSV/JSON files, and plots (`sweeps.plots`).
+mean and maximum target accuracy; intervals in `results.stats`), `curves()` (the same per
+round), CSV/JSON files, and plots (`results.plots`).
 See `docs/sweeps.md` ("Outputs").
 """
 
@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 
 from pfedwn_jax._checks import check_choice, check_int
-from pfedwn_jax.experiment.results import to_jsonable
 from pfedwn_jax.frames import pandas_module
 from pfedwn_jax.io import (
     atomic_write_json,
@@ -33,9 +32,10 @@ from pfedwn_jax.io import (
     write_npz,
 )
 from pfedwn_jax.plotting import pyplot
-from pfedwn_jax.sweeps import plots
-from pfedwn_jax.sweeps.plots import shown as _shown
-from pfedwn_jax.sweeps.stats import LEVEL, mean_std_ci, t_interval
+from pfedwn_jax.results import plots
+from pfedwn_jax.results.plots import shown as _shown
+from pfedwn_jax.results.result import to_jsonable
+from pfedwn_jax.results.stats import LEVEL, mean_std_ci, t_interval
 
 SCHEMA = "pfedwn-sweep/1"
 SUMMARY_SCHEMA = "pfedwn-sweep-summary/1"
@@ -507,17 +507,17 @@ class SweepResult:
 
     # ------------------------------------------------------------------ plots
     def plot_curves(self, path: str | Path, metric: str = "target_accuracy") -> Path | None:
-        """Learning curves per method and grid point with 95% bands (`sweeps.plots`)."""
+        """Learning curves per method and grid point with 95% bands (`results.plots`)."""
         return plots.plot_curves(self, path, metric)
 
     def plot_vs_key(self, path: str | Path, stat: str = "final", window: int = 5) -> Path | None:
-        """`stat` target accuracy against the one varying key (`sweeps.plots`)."""
+        """`stat` target accuracy against the one varying key (`results.plots`)."""
         return plots.plot_vs_key(self, path, stat, window)
 
     def plot_heatmap(
         self, path: str | Path, method: str, stat: str = "final", window: int = 5
     ) -> Path | None:
-        """A 2-D grid's mean `stat` target accuracy of `method` (`sweeps.plots`)."""
+        """A 2-D grid's mean `stat` target accuracy of `method` (`results.plots`)."""
         return plots.plot_heatmap(self, path, method, stat, window)
 
 

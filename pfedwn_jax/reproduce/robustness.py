@@ -18,7 +18,7 @@ once.
 
 The statistic per run and method is the target accuracy averaged over the last `window`
 rounds (`last`; `final` and `max` are kept too); the summary gives its mean over seeds with
-a Student-t 95% interval (`sweeps.result.mean_std_ci`).
+a Student-t 95% interval (`results.sweep.mean_std_ci`).
 """
 
 from __future__ import annotations
@@ -235,7 +235,7 @@ def table(points: list[dict[str, Any]], curves: dict[str, Any], window: int) -> 
 def summarize(rows: list[dict[str, Any]], stat: str = "last") -> list[dict[str, Any]]:
     """Mean over seeds of `stat` with its 95% Student-t interval, per axis x value x
     selection x method (in order of appearance)."""
-    from pfedwn_jax.sweeps.stats import mean_std_ci
+    from pfedwn_jax.results.stats import mean_std_ci
 
     groups: dict[tuple, list[float]] = {}
     for r in rows:

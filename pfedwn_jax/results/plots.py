@@ -12,9 +12,9 @@ from pfedwn_jax._checks import check_choice
 from pfedwn_jax.plotting import pyplot, save_figure
 
 if TYPE_CHECKING:
-    from pfedwn_jax.sweeps.result import SweepResult
+    from pfedwn_jax.results.sweep import SweepResult
 
-STATS = ("final", "last", "max")  # as `sweeps.result.STATS`
+STATS = ("final", "last", "max")  # as `results.sweep.STATS`
 _BAR = ("mean", "ci_low", "ci_high")  # the summary entries an error bar is drawn from
 
 
