@@ -3,7 +3,7 @@
 Every node is a target with its own neighbors (candidate lists: the 10 nearest, interference
 within 100 m plus the mean-field tail, the demo's node density), pFedWN and FedAvg, logistic
 regression, the small MLP and the CNN, full MNIST. Each (N, model, method) runs in a fresh
-subprocess through the one driver (`runner.api.execute_runs`, one run on one CPU device, so
+subprocess through the one driver (`runner.job.run_experiments`, one run on one CPU device, so
 nothing is replicated per device), so its memory is its own:
 
 - `rss_before`: the process's RSS after set-up (interpreter, JAX, host data), `rss_peak`: the
@@ -131,8 +131,8 @@ def experiment(config, data_clients: int):
 def xla_bytes(exp, method: str) -> int:
     """Arguments + temporaries + unaliased outputs of the compiled block of one round."""
     from pfedwn_jax.algorithms import get_algorithm
-    from pfedwn_jax.runner.api import default_mesh
     from pfedwn_jax.runner.groups import axes_key, init_states, make_group
+    from pfedwn_jax.runner.job import default_mesh
     from pfedwn_jax.runner.program import block_program
 
     mesh = default_mesh([exp], 1)
@@ -158,8 +158,8 @@ def one_case(
 
     import pfedwn_jax  # noqa: F401  (the package first: its modules import one another)
     from pfedwn_jax.runner import memory
-    from pfedwn_jax.runner.api import default_mesh, execute_runs, options_of
-    from pfedwn_jax.runner.writers import CallbackWriter
+    from pfedwn_jax.runner.job import run_experiments
+    from pfedwn_jax.runner.options import Options, checked
 
     jax.config.update("jax_num_cpu_devices", 1)
     load = os.getloadavg()[0]
@@ -196,18 +196,20 @@ def one_case(
         why = "plan only" if plan_only else "memory plan over 80 % of the available"
         return {**out, "stopped": f"{why}: {need:.2f} GiB, {have:.1f} GiB available"}
     stamps = []
-    options = options_of(
-        block=1,
-        records=(),
-        progress=False,
-        on_divergence="continue",
-        checkpoint_every=1,
-        writers=(CallbackWriter(lambda *_: stamps.append(time.perf_counter())),),
+    options = checked(
+        Options(
+            block=1,
+            records=(),
+            progress=False,
+            on_divergence="continue",
+            shards=1,
+            callback=lambda *_: stamps.append(time.perf_counter()),
+        )
     )
     before = rss()
     start = time.perf_counter()
     with RssSampler() as sampler:
-        _, meta = execute_runs([exp], [{}], mesh=default_mesh([exp], 1), options=options)
+        meta = run_experiments([exp], [{}], options).meta
     gaps = np.diff([start, *stamps])
     compile_s = meta["timings"]["compile_s"]
     out.update(

@@ -3,7 +3,10 @@
 The programmatic API, at the top (imported lazily, on first use):
 
 - `pfedwn_jax.ExperimentConfig`: one experiment (data, model, methods, training, network).
-- `pfedwn_jax.run(config) -> Result`: every configured method on the same network.
+- `pfedwn_jax.run(config) -> Result`: every configured method on the same network (a list of
+  configs: one `Result` each, run as one job).
+- `pfedwn_jax.Options`: how a job runs (checkpoint, writers, block, records, ...); each field
+  is also a keyword of `run` and `sweep` (`pfedwn_jax.api`, the front door).
 - `pfedwn_jax.Result`: what `run` returns; `.save(path)` / `Result.load(path)` for the JSON.
 - `pfedwn_jax.sweep(config, seeds=..., grid=...) -> SweepResult`: many runs (seeds x grid)
   as few compiled programs, over every device (docs/sweeps.md).
@@ -39,8 +42,9 @@ __version__ = "0.1.0"
 _LAZY = {
     "ExperimentConfig": ("pfedwn_jax.experiment", "ExperimentConfig"),
     "Result": ("pfedwn_jax.results.result", "Result"),
-    "run": ("pfedwn_jax.runner.api", "run"),
-    "sweep": ("pfedwn_jax.runner.api", "sweep"),
+    "Options": ("pfedwn_jax.api", "Options"),
+    "run": ("pfedwn_jax.api", "run"),
+    "sweep": ("pfedwn_jax.api", "sweep"),
     "SweepResult": ("pfedwn_jax.results.sweep", "SweepResult"),
     "use_cpu_devices": ("pfedwn_jax.devices", "use_cpu_devices"),
     "use_compilation_cache": ("pfedwn_jax.devices", "use_compilation_cache"),
@@ -52,6 +56,7 @@ _LAZY = {
 # subpackages and modules, imported on first access as `pfedwn_jax.<name>`
 _SUBMODULES = (
     "algorithms",
+    "api",
     "cli",
     "data",
     "devices",
@@ -73,6 +78,7 @@ _SUBMODULES = (
 
 __all__ = [
     "ExperimentConfig",
+    "Options",
     "Result",
     "SweepResult",
     "__version__",

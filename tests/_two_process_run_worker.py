@@ -87,8 +87,8 @@ def check_split() -> str:
     import jax
 
     from pfedwn_jax.experiment.setup import setup
-    from pfedwn_jax.runner.api import default_mesh
     from pfedwn_jax.runner.groups import init_states, make_group
+    from pfedwn_jax.runner.job import default_mesh
 
     exp = setup(config())
     mesh = default_mesh([exp], 4)

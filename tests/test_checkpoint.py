@@ -255,7 +255,7 @@ def test_two_processes_cannot_write_one_checkpoint(tmp_path):
 
 
 def test_a_busy_or_interrupted_checkpoint_is_refused_before_the_set_up(tmp_path, monkeypatch):
-    from pfedwn_jax.runner import api
+    from pfedwn_jax.runner import job as api
 
     cfg = ExperimentConfig(**{**TINY, "rounds": 2, "algorithms": ("local",)})
     path = tmp_path / "ckpt"

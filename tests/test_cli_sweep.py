@@ -1,4 +1,4 @@
-"""`pfedwn sweep`: the command line's parsing layer, with a fake `pfedwn_jax.runner.api.sweep`.
+"""`pfedwn sweep`: the command line's parsing layer, with a fake `pfedwn_jax.api.sweep`.
 
 The compiled program is tested on its own; here a fake records what the CLI asks of it.
 """
@@ -50,7 +50,7 @@ class FakeResult:
 
 @pytest.fixture
 def fake_sweep(monkeypatch):
-    """Replace `pfedwn_jax.runner.api.sweep`; returns the list of recorded calls."""
+    """Replace `pfedwn_jax.api.sweep`; returns the list of recorded calls."""
     calls = []
 
     def sweep(config, **kwargs):
@@ -58,7 +58,7 @@ def fake_sweep(monkeypatch):
         calls.append({"config": config, **kwargs, "result": result})
         return result
 
-    monkeypatch.setattr(importlib.import_module("pfedwn_jax.runner.api"), "sweep", sweep)
+    monkeypatch.setattr(importlib.import_module("pfedwn_jax.api"), "sweep", sweep)
     return calls
 
 
@@ -188,7 +188,7 @@ def test_interrupt_keeps_the_checkpoint_and_says_how_to_resume(tmp_path, capsys,
         Path(checkpoint).mkdir(parents=True)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(importlib.import_module("pfedwn_jax.runner.api"), "sweep", sweep)
+    monkeypatch.setattr(importlib.import_module("pfedwn_jax.api"), "sweep", sweep)
     out = tmp_path / "o"
     assert main(["sweep", "--out", str(out), "--no-progress"]) == 130
     err = capsys.readouterr().err

@@ -114,7 +114,7 @@ def test_split_round_gathers_with_collectives():
     """The compiled round of a run split over 2 devices moves neighbor models between the
     blocks with XLA collectives (all-gather / collective-permute), not host copies; on one
     device it has none."""
-    from pfedwn_jax.runner.api import compiled_block
+    from pfedwn_jax.api import compiled_block
 
     config = run_worker.config()
     counts = {}

@@ -12,11 +12,11 @@ import pytest
 from helpers import TINY_RUN
 
 import pfedwn_jax
-from pfedwn_jax import Result, experiment, run
+from pfedwn_jax import Result, api, run
 from pfedwn_jax.experiment import ExperimentConfig, build_federation
 from pfedwn_jax.experiment.federation import network_perr
 from pfedwn_jax.io import atomic_open, atomic_write_text
-from pfedwn_jax.runner import api as runner_api
+from pfedwn_jax.runner import job as runner_job
 
 # tiny and fast: logistic regression, 4 clients, 3 rounds
 TINY = {**TINY_RUN, "algorithms": ("local", "fedavg", "fedprox")}
@@ -71,7 +71,7 @@ def test_model_that_does_not_fit_fails_before_compiling(tmp_path, monkeypatch):
     def no_compile(*args, **kwargs):
         raise AssertionError("compiled a round for a bad config")
 
-    monkeypatch.setattr(runner_api, "execute_runs", no_compile)
+    monkeypatch.setattr(runner_job, "execute", no_compile)
     cfg = ExperimentConfig(**{**TINY, "model": "cnn", "dataset": f"npz:{path}", "partition": "iid"})
     with pytest.raises(ValueError, match="model"):
         run(cfg, progress=False)
@@ -211,7 +211,7 @@ def test_no_selected_neighbor_leaves_the_target_alone():
 
 
 def test_package_root_exports_the_api_lazily():
-    assert pfedwn_jax.run is experiment.run
+    assert pfedwn_jax.run is api.run and pfedwn_jax.Options is api.Options
     assert pfedwn_jax.ExperimentConfig is ExperimentConfig and pfedwn_jax.Result is Result
     assert {"run", "ExperimentConfig", "Result", "use_cpu_devices"} <= set(pfedwn_jax.__all__)
     with pytest.raises(AttributeError, match="no_such_name"):

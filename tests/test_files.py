@@ -19,7 +19,7 @@ from pfedwn_jax.cli import describe_os_error, main
 from pfedwn_jax.cli import run as cli_run
 from pfedwn_jax.experiment import ExperimentConfig
 from pfedwn_jax.results.report import RESUMED_NOTE, format_table
-from pfedwn_jax.runner import api as runner_api
+from pfedwn_jax.runner import job as runner_job
 from pfedwn_jax.runner import progress as progress_mod
 
 TINY = {**TINY_RUN, "algorithms": ("local", "fedavg")}
@@ -120,7 +120,7 @@ def test_neighbors_and_data_show_check_their_outputs_first(tmp_path, capsys, mon
 
 
 def test_run_api_checks_the_checkpoint_path_first(tmp_path, monkeypatch):
-    monkeypatch.setattr(runner_api, "setup_runs", None)  # never reached
+    monkeypatch.setattr(runner_job, "setup_runs", None)  # never reached
     f = tmp_path / "file"
     f.write_text("x")
     with pytest.raises(ValueError, match=r"checkpoint .* lies under the file"):

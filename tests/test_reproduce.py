@@ -177,7 +177,7 @@ def _check_table(path: Path, preset: presets.Preset) -> None:
 def test_small_preset_writes_tables_and_fig8(tmp_path, monkeypatch):
     """A cut-down tiny preset (pFedWN only, no variants) through `reproduce`; Fig. 8 reads
     the Table II sweep's records (no run of its own)."""
-    import pfedwn_jax.runner.api as api
+    import pfedwn_jax.api as api
 
     monkeypatch.setattr(api, "run", lambda *a, **k: pytest.fail("Fig. 8 ran a run()"))
     p = dataclasses.replace(presets.PRESETS["tiny"], methods=("pfedwn",), variants=())
@@ -238,12 +238,12 @@ def test_a_saved_sweep_with_the_same_runs_is_read_back_not_rerun(tmp_path, monke
                             max_samples_per_client=30, val_fraction=0.2, data_seed=0)  # fmt: skip
     sts = [runs.Setting("A", base)]
     first, _ = runs.run_settings(sts, {"lr": (0.1,)}, (0,), cache=tmp_path)
-    import pfedwn_jax.runner.api as api
+    import pfedwn_jax.api as api
 
     def boom(*a, **k):
         raise AssertionError("ran again")
 
-    monkeypatch.setattr(api, "run_configs", boom)
+    monkeypatch.setattr(api, "sweep", boom)
     again, _ = runs.run_settings(sts, {"lr": (0.1,)}, (0,), cache=tmp_path)
     assert np.array_equal(again.rows["target_accuracy"], first.rows["target_accuracy"])
     with pytest.raises(AssertionError, match="ran again"):  # other runs: not the saved sweep

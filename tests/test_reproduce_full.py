@@ -109,17 +109,17 @@ def test_mnist_full_preset_follows_the_protocol(monkeypatch):
 
 
 def test_the_preset_caps_the_runs_per_program(monkeypatch):
-    """`Preset.max_runs` reaches `run_configs` for every sweep (mnist-full's 150 pFedWN runs
+    """`Preset.max_runs` reaches `sweep` for every sweep (mnist-full's 150 pFedWN runs
     in one plan once outgrew a shared machine's memory)."""
-    import pfedwn_jax.runner.api as api
+    import pfedwn_jax.api as api
 
     seen = []
 
-    def fake(configs, labels, **kw):
+    def fake(configs, **kw):
         seen.append(kw["max_runs"])
         raise RuntimeError("stop")
 
-    monkeypatch.setattr(api, "run_configs", fake)
+    monkeypatch.setattr(api, "sweep", fake)
     p = dataclasses.replace(presets.PRESETS["tiny"], max_runs=3, methods=("local",))
     with pytest.raises(RuntimeError, match="stop"):
         runs.run_tables(p, ("table2",), Path("/nonexistent-out"), log=lambda s: None)

@@ -18,6 +18,7 @@ import pytest
 from helpers import TINY_RUN
 
 from pfedwn_jax.algorithms import available_algorithms, get_algorithm
+from pfedwn_jax.api import compiled_block
 from pfedwn_jax.data import DEFAULT_DATASET, load_dataset
 from pfedwn_jax.engine import local_train
 from pfedwn_jax.experiment import ExperimentConfig
@@ -25,7 +26,6 @@ from pfedwn_jax.experiment.setup import setup
 from pfedwn_jax.models import get_model
 from pfedwn_jax.runner import memory
 from pfedwn_jax.runner import sample_bytes as per_sample
-from pfedwn_jax.runner.api import compiled_block
 from pfedwn_jax.runner.memory import (
     MemoryEstimate,
     available_bytes,

@@ -282,7 +282,7 @@ def test_cli_sweep_logs_one_wandb_run_per_grid_point_and_seed(tmp_path, monkeypa
 def test_the_runs_of_one_job_get_their_own_names():
     """`runs` (the CLI's cases) label each run by the config values that differ, so the
     writers give every case its own TensorBoard directory and W&B run."""
-    from pfedwn_jax.runner.api import case_labels
+    from pfedwn_jax.api import case_labels
 
     cases = [CFG.replace(gamma_th=g) for g in (1.0, 2.0)]
     assert [run_name(lbl) for lbl in case_labels(cases)] == [

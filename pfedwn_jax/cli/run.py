@@ -355,9 +355,9 @@ def _write_case(result: Result, out: Path, args: argparse.Namespace) -> list[Pat
 def _run_all(
     configs: list[ExperimentConfig], out: Path, args: argparse.Namespace
 ) -> tuple[list[Result], Path | None]:
-    """Every config as one job (`runner.api.runs`), checkpointed in `out/checkpoint`;
+    """Every config as one job (`pfedwn_jax.api.run`), checkpointed in `out/checkpoint`;
     `(results, checkpoint directory or None)`."""
-    from pfedwn_jax.runner.api import runs
+    from pfedwn_jax.api import run  # JAX loads only to run (`pfedwn --help` stays fast)
 
     every = args.checkpoint_every
     if every < 0:
@@ -367,8 +367,8 @@ def _run_all(
     checkpoint = out / CHECKPOINT if every else None
     writers = writers_from_args(args, out)
     try:
-        results = runs(
-            configs,
+        results = run(
+            list(configs),
             progress=not args.quiet,
             checkpoint=checkpoint,
             resume=args.resume,

@@ -250,7 +250,7 @@ def main(args: argparse.Namespace) -> int:
         f"sweep: {len(opts.runs)} run(s) = {len(opts.runs) // len(opts.seeds)} grid point(s) x "
         f"{len(opts.seeds)} seed(s); methods: {', '.join(opts.config.method_names)}"
     )
-    from pfedwn_jax.runner.api import sweep  # lazily: the compiled program loads only to run
+    from pfedwn_jax.api import sweep  # JAX loads only to run (`pfedwn --help` stays fast)
 
     checkpoint = out / CHECKPOINT
     writers = writers_from_args(args, out)

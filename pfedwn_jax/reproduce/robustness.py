@@ -12,7 +12,7 @@ Four axes, each swept with every other setting at the base config's value:
 Every point runs every method of the base config with channel-aware selection
 (`selection=True`, `P_err < eps`) and without it (`selection=False`: every neighbor in
 range), for each seed. Every distinct config of every axis, mobile ones included, goes into
-one job (`runner.api.run_configs`): runs that share shapes share a compiled program (the
+one job (`api.sweep` of a list of configs): runs that share shapes share a compiled program (the
 static link models, the mobile ones). Identical configs (e.g. `eps` without selection) run
 once.
 
@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from pfedwn_jax import api
 from pfedwn_jax._checks import check_choice, check_int
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.io import atomic_write_json, atomic_write_text
@@ -187,14 +188,13 @@ def run_points(
     points: list[dict[str, Any]], *, progress: bool = False
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """`(curves, meta)`: `config key -> {method: target accuracy [R]}` for every distinct
-    config of `points`, all in one job (`run_configs`), and the job's meta (programs,
+    config of `points`, all in one job (`api.sweep`), and the job's meta (programs,
     timings)."""
-    from pfedwn_jax.runner.api import run_configs  # JAX: imported when the experiment runs
-
     unique = {_key(p["config"]): p["config"] for p in points}
     keys = list(unique)
-    cols, meta, _ = run_configs([unique[k] for k in keys], progress=progress)
-    return {k: _curves(cols, cols["run"] == i) for i, k in enumerate(keys)}, meta
+    res = api.sweep([unique[k] for k in keys], progress=progress)
+    cols = res.rows
+    return {k: _curves(cols, cols["run"] == i) for i, k in enumerate(keys)}, res.meta
 
 
 def _curves(cols: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, np.ndarray]:

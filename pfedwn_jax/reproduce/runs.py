@@ -1,7 +1,7 @@
 """The sweeps of a reproduction and the choice of each method's hyperparameters.
 
 Per dataset, method and settings group (Table II's cases; the 20-neighbor network; Fig. 1's
-all-client network), one `run_configs` call holds every setting x grid point
+all-client network), one `sweep` call holds every setting x grid point
 (`experiment.grid.expand`) x seed, so the cases share compiled programs, and each group's sweep is
 saved apart (a later reproduction reads it back); `merge_sweeps` joins a method's groups.
 pFedWN's sweeps keep its per-round EM weights (`pi`, `pi_trace`: Fig. 8).
@@ -20,7 +20,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from pfedwn_jax import api
 from pfedwn_jax.experiment.config import ExperimentConfig
+from pfedwn_jax.experiment.grid import expand, run_config
+from pfedwn_jax.io import atomic_write_text
 from pfedwn_jax.reproduce.cases import (
     PAPER_GAMMAS,
     PAPER_WANTED,
@@ -30,7 +33,7 @@ from pfedwn_jax.reproduce.cases import (
     paper_cases,
 )
 from pfedwn_jax.reproduce.presets import FIXED_A, DataSpec, Preset
-from pfedwn_jax.results.sweep import SweepResult
+from pfedwn_jax.results.sweep import SWEEP_FILE, SweepResult
 
 #: pFedWN's records every sweep of it keeps (Fig. 8 reads them).
 PFEDWN_RECORDS = ("pi", "pi_trace")
@@ -131,29 +134,24 @@ def run_settings(
     max_runs: int | None = None,
 ) -> tuple[SweepResult, list[dict[str, Any]]]:
     """Every setting x grid point x seed (`experiment.grid.expand`: grid points in product order,
-    seeds innermost) as one `run_configs` call; the `SweepResult` (swept: "case", the grid
+    seeds innermost) as one `api.sweep` call; the `SweepResult` (swept: "case", the grid
     keys and the settings' `extra` labels; pFedWN's `PFEDWN_RECORDS` kept) and every run's
     label and full config (for the CSV/JSON). With `cache`, a sweep already saved there with
     the same runs is read back instead of run, and a new one is saved there. `max_runs`: runs
     per compiled program (None: as many as the memory plan fits)."""
-    from pfedwn_jax.experiment.grid import expand, run_config
-    from pfedwn_jax.runner.api import run_configs
-
     configs, labels = [], []
     for st in setting_list:
         for spec in expand(st.config, list(seeds), grid):
             configs.append(run_config(st.config, spec))
             labels.append({"seed": spec.seed, "case": st.name, **spec.values, **dict(st.extra)})
-    swept = ("case", *grid, *dict(setting_list[0].extra))
     runs = [{**lab, "config": c.to_dict()} for lab, c in zip(labels, configs, strict=True)]
     if cache is not None and (done := _cached(cache, runs)) is not None:
         return done, runs
     t0 = time.perf_counter()
-    columns, meta, kept = run_configs(
-        configs, labels, progress=False, records=PFEDWN_RECORDS, max_runs=max_runs
+    res = api.sweep(
+        configs, labels=labels, progress=False, records=PFEDWN_RECORDS, max_runs=max_runs
     )
-    meta["wall_s"] = time.perf_counter() - t0
-    res = SweepResult(columns, swept, meta, kept)
+    res.meta["wall_s"] = time.perf_counter() - t0
     if cache is not None:
         save_sweep(cache, res, runs)
     return res, runs
@@ -162,32 +160,18 @@ def run_settings(
 def _cached(folder: Path, runs: Sequence[Mapping[str, Any]]) -> SweepResult | None:
     """The sweep saved in `folder` if it holds exactly these runs (same labels and configs),
     so an interrupted reproduction continues where it stopped; else None."""
-    if not (folder / "runs.json").is_file() or not (folder / "sweep.json").is_file():
+    if not (folder / "runs.json").is_file() or not (folder / SWEEP_FILE).is_file():
         return None
     saved = json.loads((folder / "runs.json").read_text())
     if saved != json.loads(json.dumps(list(runs), default=str)):
         return None
-    res = SweepResult.from_json(folder / "sweep.json")
-    if (folder / "records.npz").is_file():
-        with np.load(folder / "records.npz", allow_pickle=False) as f:
-            res = SweepResult(res.rows, res.swept, res.meta, {k: f[k] for k in f.files})
-    return res
+    return SweepResult.load(folder)
 
 
 def save_sweep(folder: Path, res: SweepResult, runs: Sequence[Mapping[str, Any]]) -> None:
-    """rows.csv (every round of every run, with seed and labels), sweep.json, records.npz
-    (the kept records), then runs.json (what `_cached` checks: written last)."""
-    import io
-
-    from pfedwn_jax.io import atomic_write_text, atomic_write_with, write_npz
-
-    folder.mkdir(parents=True, exist_ok=True)
-    res.to_csv(folder / "rows.csv")
-    res.to_json(folder / "sweep.json")
-    if res.records:
-        buf = io.BytesIO()
-        write_npz(buf, res.records)
-        atomic_write_with(folder / "records.npz", lambda f: f.write(buf.getvalue()))
+    """`res.save(folder)` without plots, then runs.json (what `_cached` checks: written
+    last)."""
+    res.save(folder, plots=False)
     atomic_write_text(folder / "runs.json", json.dumps(list(runs), indent=1, default=str))
 
 

@@ -40,6 +40,7 @@ from pfedwn_jax.results.stats import LEVEL, mean_std_ci, t_interval
 SCHEMA = "pfedwn-sweep/1"
 SUMMARY_SCHEMA = "pfedwn-sweep-summary/1"
 SWEEP_FILE = "sweep.json"  # the file of `save` that `load` reads back
+RECORDS_FILE = "records.npz"  # the kept records, read back with it
 METRICS = ("target_accuracy", "target_loss", "mean_client_accuracy")
 # column -> kind; swept columns sit between "seed" and "method"
 RUN_COLUMNS = {"run": "int", "seed": "int"}
@@ -446,9 +447,9 @@ class SweepResult:
 
     @classmethod
     def load(cls, directory: str | Path) -> SweepResult:
-        """The `SweepResult` that `save(directory)` wrote (its `sweep.json`; the other files
-        are derived from it). `ValueError` naming the path for a file, a missing directory or a
-        directory without `sweep.json`."""
+        """The `SweepResult` that `save(directory)` wrote: its `sweep.json` and, where the sweep
+        kept records, `records.npz` (the other files are derived from them). `ValueError`
+        naming the path for a file, a missing directory or a directory without `sweep.json`."""
         path = Path(directory).expanduser()
         if path.is_file():
             raise ValueError(
@@ -463,18 +464,23 @@ class SweepResult:
                 f"SweepResult.load: {str(path)!r} holds no {SWEEP_FILE} (not a directory "
                 f"SweepResult.save or `pfedwn sweep --out` wrote); found {found}"
             )
-        return cls.from_json(path / SWEEP_FILE)
+        res = cls.from_json(path / SWEEP_FILE)
+        if not (path / RECORDS_FILE).is_file():
+            return res
+        with np.load(path / RECORDS_FILE, allow_pickle=False) as f:
+            return cls(res.rows, res.swept, res.meta, {k: f[k] for k in f.files})
 
     def to_pandas(self) -> Any:
         """The table as a `pandas.DataFrame` (a copy). Needs pandas (the `analysis` extra)."""
         pd = pandas_module("SweepResult.to_pandas()")
         return pd.DataFrame({k: np.array(v) for k, v in self.rows.items()}, columns=self.columns)
 
-    def save(self, out_dir: str | Path, window: int = 5) -> dict[str, Path]:
-        """Write `rows.csv`, `sweep.json`, `summary.json` and, with matplotlib, `curves.png`
-        and (2-D grid) `heatmap_METHOD.png` per method into `out_dir`; returns name -> path.
-        With exactly one varying key (`varying`) also `vs_KEY.png` (`plot_vs_key`).
-        `SweepResult.load(out_dir)` reads it back."""
+    def save(self, out_dir: str | Path, window: int = 5, plots: bool = True) -> dict[str, Path]:
+        """Write `rows.csv`, `sweep.json`, `summary.json`, `records.npz` (kept records) and,
+        with matplotlib and `plots`, `curves.png` and (2-D grid) `heatmap_METHOD.png` per
+        method into `out_dir`; returns name -> path. With exactly one varying key
+        (`varying`) also `vs_KEY.png` (`plot_vs_key`). `SweepResult.load(out_dir)` reads it
+        back."""
         out = check_writable_dir(out_dir)
         summary = {"schema": SUMMARY_SCHEMA, "window": window, "level": LEVEL}
         summary |= {"swept": list(self.swept), "groups": self.summary(window)}
@@ -483,11 +489,11 @@ class SweepResult:
         self.to_json(paths["sweep"])
         paths["summary"] = atomic_write_json(out / "summary.json", to_jsonable(summary))
         if self.records:
-            paths["records"] = out / "records.npz"
+            paths["records"] = out / RECORDS_FILE
             buf = io.BytesIO()
             write_npz(buf, self.records)
             atomic_write_with(paths["records"], lambda f: f.write(buf.getvalue()))
-        if pyplot() is None or len(self) == 0:
+        if not plots or pyplot() is None or len(self) == 0:
             return paths
 
         def plotted(name: str, path: Path | None) -> None:

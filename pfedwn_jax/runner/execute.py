@@ -14,7 +14,6 @@ Results do not depend on the block lengths: round `r`'s key is `fold_in(round_ro
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import time
 from collections.abc import Sequence
@@ -38,6 +37,7 @@ from pfedwn_jax.runner.groups import (
     plan_programs,
     state_shapes,
 )
+from pfedwn_jax.runner.options import Options
 from pfedwn_jax.runner.program import ALL, block_program, params_program
 from pfedwn_jax.runner.progress import progress_bar
 from pfedwn_jax.runner.saved_models import ModelSaver
@@ -46,21 +46,6 @@ from pfedwn_jax.runner.writers import Logged
 
 #: Most rounds one program call can run (the block's output buffers hold this many).
 MAX_BLOCK = 64
-
-
-@dataclasses.dataclass(frozen=True)
-class Options:
-    """How a job runs (see `pfedwn_jax.run` / `pfedwn_jax.sweep` for each field)."""
-
-    block: int | None = None
-    block_seconds: float = 2.0
-    records: Any = ()
-    progress: bool = True
-    on_divergence: str = "stop"
-    checkpoint_every: int = 1
-    max_runs: int | None = None
-    writers: tuple = ()
-    save_models: Any = None
 
 
 class Blocks:
