@@ -205,6 +205,8 @@ class Algorithm(NamedTuple):
     eval_params: Callable[..., Any]  # (state, ctx, hp) -> params [S, ...]
     records: Callable[..., dict[str, jax.Array]] | None = None  # (state, ctx, hp) -> dict
     description: str = ""
+    # (sizes, hp) -> [phases.Phase]: the round's phases for the memory plan; None: baseline
+    memory_phases: Callable[..., list] | None = None
 
 
 _REGISTRY: dict[str, Algorithm] = {}

@@ -77,7 +77,9 @@ from pfedwn_jax.algorithms.common import (
     sq_norm_diff,
     train_loss_record,
 )
+from pfedwn_jax.algorithms.phases import Phase, Sizes, baseline, plus
 from pfedwn_jax.engine import default_loss, mix_sparse
+from pfedwn_jax.engine.tree import block_size
 
 SIGMA_MODES = ("fixed", "auto")
 #: Smallest ``sigma`` of ``sigma_mode="auto"`` (all neighbors at distance 0, e.g. round 1).
@@ -243,6 +245,21 @@ def _round(
     return BaselineState(clients, metrics["loss"]), params
 
 
+def memory_phases(sz: Sizes, hp: Any) -> list[Phase]:
+    """FedAMP: the cloud models `u` live through training, and XLA:CPU trains a copy of the
+    models in the driver's block program (measured: two copies besides the state); the
+    distances over chunks of targets (`neighbor_sq_dist`: a chunk's own and gathered
+    models). Without `detach_attention` every slot's `K` received models `[S, K, ...]`."""
+    train, mixing, evaluation = baseline(sz, hp)
+    width = sz.pairs // sz.slots + 1
+    chunk = getattr(hp, "chunk", 0) or block_size(sz.slots, sz.param // 4)
+    distances = Phase("FedAMP distances", 0, 2 * max(chunk, 2) * sz.param)
+    held = 2 * sz.slots * sz.param
+    if not getattr(hp, "detach_attention", True):
+        held += sz.slots * width * sz.param
+    return [plus(train, held), mixing, distances, evaluation]
+
+
 FEDAMP = register(
     Algorithm(
         name="fedamp",
@@ -252,5 +269,6 @@ FEDAMP = register(
         eval_params=eval_own,
         records=train_loss_record,
         description="attentive message passing with a proximal term to the cloud model",
+        memory_phases=memory_phases,
     )
 )

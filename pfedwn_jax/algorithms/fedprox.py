@@ -21,6 +21,7 @@ from pfedwn_jax.algorithms.common import (
     train_loss_record,
     train_then_average,
 )
+from pfedwn_jax.algorithms.phases import Phase, Sizes, baseline, plus
 from pfedwn_jax.engine import default_loss
 
 
@@ -47,6 +48,12 @@ def _round(
     return train_then_average(state, key, ctx, loss_fn=loss_fn, aux=anchor)
 
 
+def memory_phases(sz: Sizes, hp: Any) -> list[Phase]:
+    """FedProx: the anchor (round-start models) stays live through training."""
+    train, *rest = baseline(sz, hp)
+    return [plus(train, sz.slots * sz.param), *rest]
+
+
 FEDPROX = register(
     Algorithm(
         name="fedprox",
@@ -56,5 +63,6 @@ FEDPROX = register(
         eval_params=eval_own,
         records=train_loss_record,
         description="FedAvg with a proximal term mu/2 ||w - w_round_start||^2",
+        memory_phases=memory_phases,
     )
 )

@@ -14,6 +14,7 @@ from pfedwn_jax.algorithms.common import (
     local_update,
     train_loss_record,
 )
+from pfedwn_jax.algorithms.phases import Phase, Sizes, baseline
 
 
 def _round(
@@ -21,6 +22,12 @@ def _round(
 ) -> tuple[BaselineState, None]:
     clients, metrics = local_update(ctx, state.clients, key)
     return BaselineState(clients, metrics["loss"]), None  # nothing is sent
+
+
+def memory_phases(sz: Sizes, hp: Any) -> list[Phase]:
+    """Local: train and evaluate (nothing is mixed)."""
+    train, _, evaluation = baseline(sz, hp)
+    return [train, evaluation]
 
 
 LOCAL = register(
@@ -32,5 +39,6 @@ LOCAL = register(
         eval_params=eval_own,
         records=train_loss_record,
         description="local training only (no communication)",
+        memory_phases=memory_phases,
     )
 )

@@ -43,6 +43,7 @@ from pfedwn_jax.algorithms.common import (
     train_loss_record,
     train_then_average,
 )
+from pfedwn_jax.algorithms.phases import Phase, Sizes, evaluation, training
 from pfedwn_jax.engine import default_loss, per_sample_ce
 
 VARIANTS = ("fo", "hf", "exact")
@@ -186,6 +187,25 @@ def eval_params(state: BaselineState, ctx: RoundContext, hp: PerFedAvgHParams):
     return jax.vmap(one)(params, ctx.data_client)
 
 
+def memory_phases(sz: Sizes, hp: Any) -> list[Phase]:
+    """Per-FedAvg: 2 (FO) or 3 (HF) passes per step; with `alpha > 0` its evaluation adapts
+    every slot at once (`vmap` over S of a full-batch gradient in chunks of max(B, 256)
+    samples): adapted models and their gradients. Gradients per step: first-order 2,
+    Hessian-free 3."""
+    grads = {"fo": 2, "hf": 3}.get(getattr(hp, "variant", "fo"), 2)
+    train = training(sz, sz.slots, sz.steps, "local training (meta-gradient)", grads)
+    plain = evaluation(sz, sz.slots, sz.m_test, "evaluation")
+    if getattr(hp, "alpha", 1.0) == 0:  # evaluated with the held models
+        return [train, plain]
+    adapt = min(sz.m_train, max(sz.batch, EVAL_CHUNK))
+    adaptation = Phase(
+        "evaluation (one-step adaptation)",
+        2 * sz.slots * sz.param,
+        max(sz.slots * adapt * sz.train_sample, plain.activations),
+    )
+    return [train, adaptation]
+
+
 PERFEDAVG = register(
     Algorithm(
         name="perfedavg",
@@ -195,5 +215,6 @@ PERFEDAVG = register(
         eval_params=eval_params,
         records=train_loss_record,
         description="MAML-style FedAvg (Fallah et al. 2020), evaluated after one adaptation step",
+        memory_phases=memory_phases,
     )
 )

@@ -19,8 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-METHODS = ("local", "fedavg", "fedprox", "perfedavg", "fedamp", "pfedwn")
-
+from pfedwn_jax.reproduce.paper_numbers import METHODS
 
 #: pFedWN's EM read the other ways the paper allows (hyperparameter overrides of the
 #: default): re-estimate pi every round (Alg. 1's loop), mix M-step 2's fine-tuned components
@@ -72,7 +71,7 @@ class Crossover(NamedTuple):
     rounds: int
     lr: float
     a: tuple[float, ...]
-    methods: tuple[str, ...] = ("local", "fedavg", "fedprox", "perfedavg", "fedamp")
+    methods: tuple[str, ...] = METHODS[:-1]  # the methods beside pFedWN
     criteria: tuple[str, ...] = ("counts", "similarity")
 
 

@@ -40,8 +40,8 @@ from pfedwn_jax._checks import check_choice, check_int
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.io import atomic_write_json, atomic_write_text
 from pfedwn_jax.plotting import pyplot, save_figure
+from pfedwn_jax.reproduce.paper_numbers import METHODS
 
-METHODS = ("local", "fedavg", "fedprox", "perfedavg", "fedamp", "pfedwn")
 AXES = ("gamma", "eps", "loss", "speed")
 #: The config field each axis sets, and the x-axis label of its panel.
 AXIS_FIELD = {"gamma": "gamma_th", "eps": "eps", "loss": "link_failure", "speed": "speed"}

@@ -31,21 +31,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import numpy as np
 
 from pfedwn_jax._checks import check_float, check_int, is_concrete
-from pfedwn_jax.algorithms import Algorithm, RoundContext, get_algorithm, make_hparams, pfedwn
-from pfedwn_jax.algorithms.perfedavg import EVAL_CHUNK as PERFEDAVG_EVAL_CHUNK
+from pfedwn_jax.algorithms import Algorithm, RoundContext, get_algorithm, make_hparams
+from pfedwn_jax.algorithms.phases import Phase, Sizes, baseline, chunk_of
 from pfedwn_jax.data import ClientData
 from pfedwn_jax.data.batching import steps_per_epoch
 from pfedwn_jax.devices import available_bytes  # the free memory of a device (re-exported)
-from pfedwn_jax.engine import ClientState, resolve_strategy
-from pfedwn_jax.engine.evaluate import eval_chunk
-from pfedwn_jax.engine.tree import BLOCK_ELEMENTS, block_size
+from pfedwn_jax.engine import ClientState
 from pfedwn_jax.runner.sample_bytes import sample_bytes  # re-exported
 from pfedwn_jax.wireless.sparse_perr import CHUNK_ELEMENTS as PERR_CHUNK_ELEMENTS
 
@@ -54,10 +51,6 @@ from pfedwn_jax.wireless.sparse_perr import CHUNK_ELEMENTS as PERR_CHUNK_ELEMENT
 #: runtime's heap), measured 95-220 MiB for logreg and MLP programs of 10 and 100 nodes; an
 #: accelerator compiles in host memory, so its device budget does not hold this.
 RUNTIME_BYTES = {"cpu": 96 * 2**20}
-# bytes per minibatch entry of the schedule `slot_batches` draws: int32 index + bool mask
-_SCHEDULE_BYTES = 5
-# Per-FedAvg's meta-gradient: gradients per step (first-order 2, Hessian-free 3)
-_PERFEDAVG_GRADS = {"fo": 2, "hf": 3}
 
 
 # --------------------------------------------------------------------------- the estimate
@@ -154,151 +147,7 @@ def _leaf_bytes(leaf: Any) -> int:
 
 
 # --------------------------------------------------------------------------- round phases
-class _Sizes(NamedTuple):
-    """What the phases of a round are made of (bytes unless said otherwise)."""
-
-    slots: int  # S
-    pairs: int  # pFedWN's EM (slot, list entry) pairs: S (K - 1)
-    param: int  # one slot's parameters
-    opt: int  # one slot's optimizer state
-    batch: int  # B
-    epoch_steps: int  # steps of one local epoch of the busiest slot
-    steps: int  # local steps per round
-    m_train: int  # padded samples per client, training split
-    m_test: int  # padded samples per client, test split
-    chunk: int | None  # slots trained at once (None: the engine's "auto" choice)
-    train_sample: int  # one training step, per sample
-    eval_sample: int  # one forward pass with losses, per sample
-
-
-class _Phase(NamedTuple):
-    """One phase of a round: model copies it holds and its other temporaries (bytes)."""
-
-    name: str
-    copies: int
-    activations: int
-
-
-def _chunk_of(chunk: int | None, models: int) -> int:
-    """Models trained at once out of `models` (the engine's strategy for `chunk=None`)."""
-    if chunk is None:
-        return resolve_strategy("auto", None, models)[1]
-    return min(chunk, models)
-
-
-def _training(sz: _Sizes, models: int, steps: int, name: str, grads: int = 1) -> _Phase:
-    """Local training of `models` models, in place (a loop writing each model back over
-    itself): per model trained at once a minibatch through `grads` forward-backward passes
-    and its new parameters and optimizer state (XLA writes the update into the gradient's
-    buffer); the `[models, steps, B]` schedule."""
-    per_model = grads * sz.batch * sz.train_sample + sz.param + sz.opt
-    schedule = models * steps * sz.batch * _SCHEDULE_BYTES
-    return _Phase(name, 0, _chunk_of(sz.chunk, models) * per_model + schedule)
-
-
-def _evaluation(sz: _Sizes, pairs: int, samples: int, name: str, copies: int = 0) -> _Phase:
-    """`cross_evaluate` of `pairs` (model, client) pairs on `samples` padded samples: a chunk
-    of pairs (`eval_chunk`, and the remainder) gathered and through the forward pass,
-    `[pairs, samples]` losses and correctness."""
-    at_once = min(pairs, eval_chunk(samples, sz.param))
-    at_once += pairs % at_once  # lax.map's remainder runs as one more batch
-    chunk = at_once * (samples * sz.eval_sample + sz.param)
-    return _Phase(name, copies, chunk + pairs * samples * 8)
-
-
-def _mixing(sz: _Sizes, name: str = "mixing") -> _Phase:
-    """`mix_sparse` in place: one block of columns (`BLOCK_ELEMENTS`) gathered, accumulated
-    and sliced, float32."""
-    return _Phase(name, 0, 3 * 4 * min(sz.slots * sz.param // 4, BLOCK_ELEMENTS))
-
-
-def _plus(phase: _Phase, copies: int) -> _Phase:
-    return phase._replace(copies=phase.copies + copies)
-
-
-def _baseline(sz: _Sizes, hp: Any) -> list[_Phase]:
-    """Local, FedAvg and any algorithm without an entry of its own: train, mix, evaluate."""
-    return [
-        _training(sz, sz.slots, sz.steps, "local training"),
-        _mixing(sz),
-        _evaluation(sz, sz.slots, sz.m_test, "evaluation"),
-    ]
-
-
-def _local(sz: _Sizes, hp: Any) -> list[_Phase]:
-    """Local: train and evaluate (nothing is mixed)."""
-    train, _, evaluation = _baseline(sz, hp)
-    return [train, evaluation]
-
-
-def _fedprox(sz: _Sizes, hp: Any) -> list[_Phase]:
-    """FedProx: the anchor (round-start models) stays live through training."""
-    train, *rest = _baseline(sz, hp)
-    return [_plus(train, sz.slots * sz.param), *rest]
-
-
-def _fedamp(sz: _Sizes, hp: Any) -> list[_Phase]:
-    """FedAMP: the cloud models `u` live through training, and XLA:CPU trains a copy of the
-    models in the driver's block program (measured: two copies besides the state); the
-    distances over chunks of targets (`neighbor_sq_dist`: a chunk's own and gathered
-    models). Without `detach_attention` every slot's `K` received models `[S, K, ...]`."""
-    train, mixing, evaluation = _baseline(sz, hp)
-    width = sz.pairs // sz.slots + 1
-    chunk = getattr(hp, "chunk", 0) or block_size(sz.slots, sz.param // 4)
-    distances = _Phase("FedAMP distances", 0, 2 * max(chunk, 2) * sz.param)
-    held = 2 * sz.slots * sz.param
-    if not getattr(hp, "detach_attention", True):
-        held += sz.slots * width * sz.param
-    return [_plus(train, held), mixing, distances, evaluation]
-
-
-def _perfedavg(sz: _Sizes, hp: Any) -> list[_Phase]:
-    """Per-FedAvg: 2 (FO) or 3 (HF) passes per step; with `alpha > 0` its evaluation adapts
-    every slot at once (`vmap` over S of a full-batch gradient in chunks of max(B, 256)
-    samples): adapted models and their gradients."""
-    grads = _PERFEDAVG_GRADS.get(getattr(hp, "variant", "fo"), 2)
-    train = _training(sz, sz.slots, sz.steps, "local training (meta-gradient)", grads)
-    evaluation = _evaluation(sz, sz.slots, sz.m_test, "evaluation")
-    if getattr(hp, "alpha", 1.0) == 0:  # evaluated with the held models
-        return [train, evaluation]
-    adapt = min(sz.m_train, max(sz.batch, PERFEDAVG_EVAL_CHUNK))
-    adaptation = _Phase(
-        "evaluation (one-step adaptation)",
-        2 * sz.slots * sz.param,
-        max(sz.slots * adapt * sz.train_sample, evaluation.activations),
-    )
-    return [train, adaptation]
-
-
-def _pfedwn(sz: _Sizes, hp: Any) -> list[_Phase]:
-    """pFedWN: besides training, mixing and evaluation, the EM over chunks of `C` targets
-    (`pfedwn.chunk_size`): the chunk's `C (K - 1)` components with optimizer state (scan
-    carry in and out) where it holds them (`pfedwn.materialises`), their evaluation on the
-    targets' data and their responsibility-weighted training; the `[S, K - 1, n]` losses,
-    responsibilities and the refinement's temporaries of every target, plus the round's
-    evaluation temporaries: XLA's analysis lets the two share buffers, but the measured
-    resident memory of the CNN's EM round held both (5.04 GiB against XLA's 3.44 at 10
-    nodes). With `mix_components`, the mixed models are a new array (the components come
-    from the old)."""
-    phases = _baseline(sz, hp)
-    if sz.pairs == 0:
-        return phases
-    width = sz.pairs // sz.slots + 1
-    model = sz.param + sz.opt
-    entries = pfedwn.chunk_size(hp, sz.slots, width, model, sz.m_train) * (width - 1)
-    comps = 2 * entries * model if pfedwn.materialises(hp) else 0
-    activations = _evaluation(sz, entries, sz.m_train, "pFedWN EM").activations
-    activations += phases[-1].activations  # the evaluation
-    if hp.component_updates and pfedwn.materialises(hp):
-        steps = sz.epoch_steps * hp.component_epochs
-        activations += _training(sz, entries, steps, "pFedWN EM").activations
-    em = _Phase("pFedWN EM", 4 * 4 * sz.pairs * sz.m_train + comps, activations)
-    if hp.mix_components and hp.component_updates:
-        return [*phases, em, _Phase("pFedWN EM mixing", sz.slots * sz.param + comps, 0)]
-    return [*phases, em]
-
-
-def _motion(ctx: RoundContext) -> list[_Phase]:
+def _motion(ctx: RoundContext) -> list[Phase]:
     """Mobility over candidate lists (`links.SparseMotion`): the grid queries' gathered cells
     (index, mask, distance, offsets: about 17 bytes an entry) and one chunk of the P_err map
     (16 bytes an element, `wireless.sparse_perr`). Dense mobility is not counted."""
@@ -310,16 +159,7 @@ def _motion(ctx: RoundContext) -> list[_Phase]:
     entries = cells(sparse.near, 2)
     if sparse.far is not None:
         entries += cells(sparse.far, math.ceil(sparse.cutoff / sparse.far.side - 1e-9))
-    return [_Phase("mobility", 0, 17 * ctx.num_slots * entries + 16 * PERR_CHUNK_ELEMENTS)]
-
-
-_PHASES: dict[str, Callable[[_Sizes, Any], list[_Phase]]] = {
-    "local": _local,
-    "fedprox": _fedprox,
-    "fedamp": _fedamp,
-    "perfedavg": _perfedavg,
-    "pfedwn": _pfedwn,
-}
+    return [Phase("mobility", 0, 17 * ctx.num_slots * entries + 16 * PERR_CHUNK_ELEMENTS)]
 
 
 # --------------------------------------------------------------------------- estimate
@@ -347,13 +187,13 @@ def _epoch_steps(ctx: RoundContext) -> int:
     return steps_per_epoch(busiest, ctx.batch_size)
 
 
-def _sizes(ctx: RoundContext, test: ClientData, state: Any, chunk: int | None) -> _Sizes:
+def _sizes(ctx: RoundContext, test: ClientData, state: Any, chunk: int | None) -> Sizes:
     model = ctx.model
     params = jax.eval_shape(model.init, jax.random.key(0))
     train_sample, eval_sample = sample_bytes(model)
     epoch = _epoch_steps(ctx)
     del state
-    return _Sizes(
+    return Sizes(
         slots=ctx.num_slots,
         pairs=ctx.num_slots * (int(ctx.neighbors.shape[1]) - 1),  # pFedWN: every list entry
         param=tree_bytes(params),
@@ -371,12 +211,12 @@ def _sizes(ctx: RoundContext, test: ClientData, state: Any, chunk: int | None) -
 
 def phases(
     ctx: RoundContext, test: ClientData, alg: str | Algorithm, hp: Any = None, *, chunk=None
-) -> list[_Phase]:
+) -> list[Phase]:
     """The round phases `estimate` weighs, in order: `(name, copies, activations)` each."""
     alg = get_algorithm(alg) if isinstance(alg, str) else alg
     hp = make_hparams(alg) if hp is None else hp
     sz = _sizes(ctx, test, _abstract_state(alg, hp, ctx), chunk)
-    return _PHASES.get(alg.name, _baseline)(sz, hp) + _motion(ctx)
+    return (alg.memory_phases or baseline)(sz, hp) + _motion(ctx)
 
 
 def _state_bytes(state: Any, sz: Any) -> tuple[int, int, int]:
@@ -429,7 +269,7 @@ def estimate(
     state = _abstract_state(alg, hp, ctx)
     sz = _sizes(ctx, test, state, chunk)
     params, optimizer, own_state = _state_bytes(state, sz)
-    phases = _PHASES.get(alg.name, _baseline)(sz, hp) + _motion(ctx)
+    phases = (alg.memory_phases or baseline)(sz, hp) + _motion(ctx)
     # copies and activations: those of the phase holding the most; the phases run one
     # after another and XLA reuses one loop's buffers in the next (the CNN's EM and
     # evaluation, 4.1 and 2.8 GiB by the plan, took 4.0 GiB of temporaries together)
@@ -444,7 +284,7 @@ def estimate(
         shared=data if shared_data else 0,
         runtime=RUNTIME_BYTES.get(backend or jax.default_backend(), 0),
         slots=sz.slots,
-        chunk=_chunk_of(chunk, sz.slots),
+        chunk=chunk_of(chunk, sz.slots),
         phase=peak.name,
         method=alg.name,
     )
