@@ -178,3 +178,19 @@ def test_docs_example_runs(registry_cleanup):
     result = scope["result"]
     assert result.config.dataset == "csi" and result.target_accuracy("local").shape == (3,)
     assert result.target_accuracy("fedavg")[-1] > 0.35  # 4 classes: chance is 0.25
+
+
+def test_a_name_registered_again_loads_its_new_arrays(registry_cleanup):
+    """The set-up's dataset cache follows the registry entry, not the name: the next run of
+    `mine` trains on the arrays registered last."""
+    from pfedwn_jax.experiment.setup import load_data
+
+    x, y = channel_features(240)
+    config = ExperimentConfig(dataset="mine", model="mlp", num_neighbors=3, gamma_th=1.0, eps=0.5)
+    register_dataset("mine", x[:200], y[:200], x[200:], y[200:])
+    first, fp_first = load_data(config)
+    unregister_dataset("mine")
+    register_dataset("mine", x[:200] + 100.0, y[:200], x[200:] + 100.0, y[200:])
+    second, fp_second = load_data(config)
+    assert fp_second != fp_first
+    assert np.asarray(first.train.x).max() < 50 < np.asarray(second.train.x).max()

@@ -27,6 +27,7 @@ from pfedwn_jax.algorithms import RoundContext, neighbor_lists
 from pfedwn_jax.data import DEFAULT_DATASET, ClientData, FederatedData, load_dataset, make_federated
 from pfedwn_jax.data.batching import fit_batch_size
 from pfedwn_jax.data.federate import class_options
+from pfedwn_jax.data.registry import get_registered
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.experiment.federation import Federation, build_federation
 from pfedwn_jax.models import get_model
@@ -65,9 +66,13 @@ class Experiment:
         return self.data.val
 
 
-def _file_stamp(name: str, data_dir: str | None) -> tuple:
-    """What changes when a file-backed dataset's file changes (path, size, mtime); `()` for
-    datasets that are not one file the process can stat."""
+def _stamp(name: str, data_dir: str | None) -> tuple:
+    """What changes when the dataset behind `name` changes: the registry entry of a
+    registered dataset (registered again under the same name: another entry), a file-backed
+    dataset's path, size and mtime; `()` for the others (built-in)."""
+    registered = get_registered(name)
+    if registered is not None:  # the cache holds the entry, so its id is not reused meanwhile
+        return ("registered", id(registered))
     path = name.split(":", 1)[1] if ":" in name else None
     if path is None or not os.path.isfile(path):
         return ()
@@ -78,7 +83,8 @@ def _file_stamp(name: str, data_dir: str | None) -> tuple:
 @functools.lru_cache(maxsize=8)
 def _dataset(name: str, data_dir: str | None, stamp: tuple) -> tuple[Any, str]:
     """The loaded dataset and the SHA-256 of its arrays (cached per process: the runs of a
-    sweep share one copy; a changed file has another stamp and is read again)."""
+    sweep share one copy; a changed file or registry entry has another stamp and is read
+    again)."""
     dataset = load_dataset(name, data_dir=data_dir)
     digest = hashlib.sha256()
     for value in (dataset.x_train, dataset.y_train, dataset.x_test, dataset.y_test):
@@ -92,7 +98,7 @@ def load_data(config: ExperimentConfig) -> tuple[FederatedData, str]:
     """`(partitioned data, data fingerprint)` of `config` (host arrays)."""
     name = config.dataset or DEFAULT_DATASET
     try:
-        dataset, fingerprint = _dataset(name, config.data_dir, _file_stamp(name, config.data_dir))
+        dataset, fingerprint = _dataset(name, config.data_dir, _stamp(name, config.data_dir))
     except ValueError as e:
         raise ValueError(f"dataset: {e}") from None
     seed = config.seed if config.data_seed is None else config.data_seed
