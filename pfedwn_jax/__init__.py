@@ -30,7 +30,7 @@ Subpackages (imported lazily so `import pfedwn_jax` stays cheap):
 - `pfedwn_jax.results`: `Result`, `SweepResult`, the per-round table, stats, plots, reports.
 - `pfedwn_jax.distributed`: meshes over devices and hosts; `pfedwn_jax.state_store`: orbax.
 - `pfedwn_jax.io`: atomic file writes; `pfedwn_jax.plotting`: matplotlib, lazily.
-- `pfedwn_jax.frames`: results as tidy tables (pandas optional); `pfedwn_jax.provenance`:
+- `pfedwn_jax.results.frames`: results as tidy tables (pandas optional); `pfedwn_jax.provenance`:
   package version, git commit and library versions recorded with every result.
 """
 
@@ -64,7 +64,6 @@ _SUBMODULES = (
     "em",
     "engine",
     "experiment",
-    "frames",
     "io",
     "models",
     "plotting",

@@ -1,4 +1,4 @@
-"""`Result.to_pandas()` and the tidy columns behind it (`pfedwn_jax.frames`)."""
+"""`Result.to_pandas()` and the tidy columns behind it (`pfedwn_jax.results.frames`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from helpers import table_entry
 
 from pfedwn_jax import Result
 from pfedwn_jax.experiment import ExperimentConfig
-from pfedwn_jax.frames import RESULT_COLUMNS, result_columns
+from pfedwn_jax.results.frames import RESULT_COLUMNS, result_columns
 
 
 def _entry(config: ExperimentConfig, name: str, rounds: int, records) -> dict:

@@ -14,7 +14,8 @@ from pfedwn_jax import ExperimentConfig
 from pfedwn_jax.algorithms import neighbor_lists
 from pfedwn_jax.experiment.federation import build_federation
 from pfedwn_jax.experiment.grid import expand, run_config
-from pfedwn_jax.runner.links import build_links, sample_received
+from pfedwn_jax.experiment.link_setup import build_links
+from pfedwn_jax.runner.links import sample_received
 from pfedwn_jax.wireless import simulate_links
 
 BASE = {**TINY_RUN, "rounds": 2}

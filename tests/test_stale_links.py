@@ -17,7 +17,8 @@ from pfedwn_jax.algorithms.common import (
     neighbor_models,
 )
 from pfedwn_jax.engine import mix_sparse
-from pfedwn_jax.runner.links import Links, begin_round, end_round, init_track
+from pfedwn_jax.experiment.link_setup import Links
+from pfedwn_jax.runner.links import begin_round, end_round, init_track
 from pfedwn_jax.wireless import ChannelParams
 
 BASE = {**TINY_RUN, "rounds": 2}

@@ -23,8 +23,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from pfedwn_jax._checks import check_float
+from pfedwn_jax.experiment.config import check_algorithms
+from pfedwn_jax.experiment.grid import parse_seeds
 from pfedwn_jax.interrupts import EXIT_INTERRUPTED, exit_now, interrupt_guard
 from pfedwn_jax.io import check_writable_dir
+from pfedwn_jax.runner.writers import make_writers
+from pfedwn_jax.wireless import ChannelParams, eps_ceiling_message
 
 if TYPE_CHECKING:
     from pfedwn_jax.experiment.config import ExperimentConfig
@@ -104,7 +109,6 @@ def check_out_dir(path: str | Path, flag: str = "--out") -> Path:
 def parse_seed_list(text: str, flag: str = "--seeds") -> list[int]:
     """`"0,1,2"` or a range `"0-4"` as seeds (each >= 0, none repeated); `ValueError` naming
     `flag`, the bad item and the allowed form."""
-    from pfedwn_jax.experiment.grid import parse_seeds  # the sweep CLI's parser
 
     return list(as_flag(flag, "seeds", parse_seeds, text))
 
@@ -112,7 +116,6 @@ def parse_seed_list(text: str, flag: str = "--seeds") -> list[int]:
 def parse_methods(text: str, flag: str = "--methods") -> tuple[str, ...]:
     """`"local,pfedwn"` as registered algorithm names; `ValueError` naming `flag`, the
     unknown name and the registered ones."""
-    from pfedwn_jax.experiment.config import check_algorithms
 
     return as_flag(flag, "algorithms", check_algorithms, text)
 
@@ -137,8 +140,6 @@ def check_eps_flag(
     `hint` ends the message (e.g. the command's way to turn selection off)."""
     if eps is None:
         return
-    from pfedwn_jax._checks import check_float
-    from pfedwn_jax.wireless import eps_ceiling_message
 
     eps = check_float("eps", eps, 0.0, 1.0, low_inclusive=False, high_inclusive=False)
     message = eps_ceiling_message(eps, params, moments)
@@ -156,7 +157,6 @@ def refuse_eps_flag(eps: float | None, build: Callable[[], _Configs]) -> _Config
     """
     if eps is None:
         return build()
-    from pfedwn_jax.wireless import ChannelParams
 
     held: list[logging.LogRecord] = []
     logger = logging.getLogger("pfedwn_jax")
@@ -229,7 +229,6 @@ def writers_from_args(args: argparse.Namespace, out: Path) -> list[Any]:
         if getattr(args, "log_dir", None) is not None:
             raise ValueError("--log-dir needs --log-to (tensorboard, wandb and/or csv)")
         return []
-    from pfedwn_jax.runner.writers import make_writers
 
     logdir = check_out_dir(args.log_dir if args.log_dir is not None else out / LOGS, "--log-dir")
     return make_writers(

@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from pfedwn_jax import api, distributed
 from pfedwn_jax.cli.common import (
     LOGS,
     MODELS,
@@ -52,6 +53,7 @@ from pfedwn_jax.cli.common import (
 )
 from pfedwn_jax.distributed import is_writer
 from pfedwn_jax.experiment import ExperimentConfig
+from pfedwn_jax.experiment.grid import expand, run_config
 from pfedwn_jax.io import atomic_write_json, atomic_write_text, check_writable_dir
 from pfedwn_jax.plotting import MISSING
 from pfedwn_jax.results.report import (
@@ -61,6 +63,7 @@ from pfedwn_jax.results.report import (
     plot_pi_history,
 )
 from pfedwn_jax.results.result import Result
+from pfedwn_jax.runner.checkpoint import remove
 
 # Fields whose flag takes a comma-separated list: each value is its own case (see above).
 CASE_FIELDS = {
@@ -297,7 +300,6 @@ def configs_from_args(args: argparse.Namespace) -> list[ExperimentConfig]:
     """One `ExperimentConfig` per (case, dataset): the cases are the zipped grid of the
     `--gamma-th` and `--target` lists (`experiment.grid.expand`; a single value is used for every
     case), in paper Table II order (case-major)."""
-    from pfedwn_jax.experiment.grid import expand, run_config
 
     datasets = _split(getattr(args, "dataset", None))
     gammas = _split(getattr(args, "gamma_th", None))
@@ -357,7 +359,6 @@ def _run_all(
 ) -> tuple[list[Result], Path | None]:
     """Every config as one job (`pfedwn_jax.api.run`), checkpointed in `out/checkpoint`;
     `(results, checkpoint directory or None)`."""
-    from pfedwn_jax.api import run  # JAX loads only to run (`pfedwn --help` stays fast)
 
     every = args.checkpoint_every
     if every < 0:
@@ -367,7 +368,7 @@ def _run_all(
     checkpoint = out / CHECKPOINT if every else None
     writers = writers_from_args(args, out)
     try:
-        results = run(
+        results = api.run(
             list(configs),
             progress=not args.quiet,
             checkpoint=checkpoint,
@@ -408,8 +409,6 @@ def _join() -> None:
     """Several hosts (`JAX_COORDINATOR_ADDRESS` set, as for `pfedwn sweep`): join the job, so
     the slots of each run are split over every process's devices."""
     if os.environ.get("JAX_COORDINATOR_ADDRESS"):
-        from pfedwn_jax import distributed
-
         distributed.initialize()
 
 
@@ -457,7 +456,6 @@ def _say_kept(args: argparse.Namespace, out: Path) -> None:
 
 def _remove_checkpoint(checkpoint: Path | None) -> None:
     """The job's checkpoint, once every result is written."""
-    from pfedwn_jax.runner.checkpoint import remove
 
     if checkpoint is not None:
         remove(checkpoint)

@@ -41,6 +41,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from pfedwn_jax import api, distributed
 from pfedwn_jax._checks import check_bool, check_int
 from pfedwn_jax.cli.common import (
     add_output_flags,
@@ -56,9 +57,11 @@ from pfedwn_jax.cli.run import (
     config_from_args,
     flag,
 )
+from pfedwn_jax.distributed import is_writer
 from pfedwn_jax.experiment import ExperimentConfig
 from pfedwn_jax.experiment.grid import GRID_FIELDS, RunSpec, expand, parse_grid_arg, parse_seeds
 from pfedwn_jax.io import check_writable_dir
+from pfedwn_jax.runner.checkpoint import remove
 
 CHECKPOINT = "checkpoint"  # a directory under --out (the sweep library's format)
 DEFAULT_SEEDS = "0"
@@ -231,7 +234,6 @@ def _mesh() -> Any:
     devices; otherwise None (the sweep's default mesh of this host)."""
     if not os.environ.get("JAX_COORDINATOR_ADDRESS"):
         return None
-    from pfedwn_jax import distributed
 
     distributed.initialize()
     return distributed.make_mesh()
@@ -241,7 +243,6 @@ def main(args: argparse.Namespace) -> int:
     opts = sweep_options(args)
     out: Path = check_writable_dir(args.out, "--out")
     mesh = _mesh()
-    from pfedwn_jax.distributed import is_writer
 
     writer = is_writer()
     if writer:
@@ -250,13 +251,12 @@ def main(args: argparse.Namespace) -> int:
         f"sweep: {len(opts.runs)} run(s) = {len(opts.runs) // len(opts.seeds)} grid point(s) x "
         f"{len(opts.seeds)} seed(s); methods: {', '.join(opts.config.method_names)}"
     )
-    from pfedwn_jax.api import sweep  # JAX loads only to run (`pfedwn --help` stays fast)
 
     checkpoint = out / CHECKPOINT
     writers = writers_from_args(args, out)
     records = _records(args.records, logged=bool(writers))
     try:
-        result = sweep(
+        result = api.sweep(
             opts.config,
             seeds=opts.seeds,
             grid=opts.grid,
@@ -281,7 +281,6 @@ def main(args: argparse.Namespace) -> int:
     if not writer:  # every process computed the same table; process 0 writes it
         return 0
     paths = result.save(out)
-    from pfedwn_jax.runner.checkpoint import remove
 
     remove(checkpoint)
     print(result.summary_table())

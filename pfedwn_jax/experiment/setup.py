@@ -30,9 +30,9 @@ from pfedwn_jax.data.federate import class_options
 from pfedwn_jax.data.registry import get_registered
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.experiment.federation import Federation, build_federation
+from pfedwn_jax.experiment.link_setup import build_links, mobile_federation
 from pfedwn_jax.models import get_model
 from pfedwn_jax.provenance import provenance
-from pfedwn_jax.runner.links import build_links, mobile_federation
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

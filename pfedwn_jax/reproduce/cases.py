@@ -63,6 +63,7 @@ from pfedwn_jax._checks import check_choice, check_float, check_int
 from pfedwn_jax.data.federate import client_label_counts
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.experiment.federation import channel_params, single_target_federation
+from pfedwn_jax.experiment.setup import load_data
 from pfedwn_jax.wireless import error_probability, place_uniform, topology_keys
 
 #: The paper's Table II cases: selected-neighbor counts and their SINR thresholds.
@@ -154,7 +155,6 @@ def meets_criterion(
 def config_label_counts(config: ExperimentConfig) -> np.ndarray:
     """`[N, C]` class counts of each data client of `config`'s partition (train, validation
     and test together), the data exactly as a run of `config` loads it."""
-    from pfedwn_jax.experiment.setup import load_data  # loads the dataset: only when asked
 
     return client_label_counts(load_data(config)[0], "all")
 

@@ -26,7 +26,11 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from pfedwn_jax.data.federate import client_label_counts
 from pfedwn_jax.experiment.config import ExperimentConfig
+from pfedwn_jax.experiment.setup import load_data
+from pfedwn_jax.io import atomic_write_json, atomic_write_text
+from pfedwn_jax.plotting import pyplot, save_figure
 from pfedwn_jax.reproduce.cases import Case, label_overlap
 from pfedwn_jax.reproduce.presets import Preset
 from pfedwn_jax.reproduce.runs import Setting, dataset_base, run_settings, table_cases
@@ -103,8 +107,6 @@ def run_crossover(preset: Preset, out: Path, log=print) -> dict[str, Any]:
 def _sizes(base: ExperimentConfig, cases, caps, own_cap) -> dict[tuple[str, int], dict]:
     """Per (case label, cap): the target's training samples, its class share and the
     overlap of its most similar neighbor (the last two on the uncapped partition)."""
-    from pfedwn_jax.data.federate import client_label_counts
-    from pfedwn_jax.experiment.setup import load_data
 
     out = {}
     whole = client_label_counts(load_data(base)[0], "all")
@@ -183,8 +185,6 @@ def write_crossover(out: Path, result: Mapping[str, Any], title: str) -> dict[st
     import csv
     import io
 
-    from pfedwn_jax.io import atomic_write_json, atomic_write_text
-
     rows = result["rows"]
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -218,7 +218,6 @@ def by_cap(rows: Sequence[Mapping[str, Any]], method: str) -> dict[int, tuple[fl
 def plot_crossover(rows: Sequence[Mapping[str, Any]], path: Path, title: str) -> Path | None:
     """Left: every method minus Local against the cap (mean over the cases, 95% interval over
     seeds); right: pFedWN minus Local per case against its class share, one line per cap."""
-    from pfedwn_jax.plotting import pyplot, save_figure
 
     plt = pyplot()
     if plt is None:

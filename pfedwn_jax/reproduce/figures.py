@@ -9,9 +9,14 @@ from typing import Any
 
 import numpy as np
 
+from pfedwn_jax.experiment.config import ExperimentConfig
+from pfedwn_jax.experiment.setup import federation_of
+from pfedwn_jax.io import atomic_write_json, atomic_write_text
+from pfedwn_jax.plotting import pyplot, rounds_axis, save_figure
 from pfedwn_jax.reproduce.presets import METHODS, Preset
 from pfedwn_jax.reproduce.runs import SPECIAL, pick
 from pfedwn_jax.reproduce.tables import finite, row_of
+from pfedwn_jax.results.result import to_jsonable
 from pfedwn_jax.results.sweep import SweepResult
 
 
@@ -29,7 +34,6 @@ def _band(ax: Any, c: Mapping[str, np.ndarray], label: str) -> None:
 
 
 def _curves_csv(path: Path, named: Mapping[str, Mapping[str, np.ndarray]]) -> Path:
-    from pfedwn_jax.io import atomic_write_text
 
     lines = ["curve,round,n,mean,ci_low,ci_high"]
     for name, c in named.items():
@@ -42,7 +46,6 @@ def _curves_csv(path: Path, named: Mapping[str, Mapping[str, np.ndarray]]) -> Pa
 def fig1(rows, sweeps, preset: Preset, out: Path) -> dict[str, Path]:
     """Fig. 1: FedAvg over all 11 clients (no selection): target client's test accuracy vs
     the global model's mean test accuracy over the clients, mean and 95% band over seeds."""
-    from pfedwn_jax.plotting import pyplot, save_figure
 
     row = row_of(rows, preset.fig1, "all clients", "fedavg")
     res = sweeps[(preset.fig1, "fedavg")][0]
@@ -66,7 +69,6 @@ def fig1(rows, sweeps, preset: Preset, out: Path) -> dict[str, Path]:
 def fig9(rows, sweeps, preset: Preset, out: Path) -> dict[str, Path]:
     """Fig. 9: every method's target test accuracy per round, 10-neighbor (Case 2, gamma_th
     10) vs 20-neighbor network, at the chosen hyperparameters, mean and 95% band."""
-    from pfedwn_jax.plotting import pyplot, save_figure
 
     label = preset.fig9
     cases = [r["case"] for r in rows if r["dataset"] == label and r["case"] not in SPECIAL]
@@ -95,8 +97,6 @@ def fig8(rows, sweeps, preset: Preset, out: Path) -> dict[str, Path]:
     """Fig. 8: pFedWN's EM weights of the Case 1 target (fig8 dataset) at its chosen point,
     from the Table II sweep's records (first seed): the first estimate's EM path (prior, outer
     steps, refined pi: the paper's convergence of the weights) and pi over the rounds."""
-    from pfedwn_jax.io import atomic_write_json
-    from pfedwn_jax.results.result import to_jsonable
 
     cases = [r for r in rows if r["dataset"] == preset.fig8 and r["method"] == "pfedwn"]
     row = next(r for r in cases if r["case"] not in SPECIAL)
@@ -113,8 +113,6 @@ def pi_of_run(res: SweepResult, row: Mapping[str, Any]) -> dict[str, Any]:
     """The target's (slot 0's) EM weights in the first-seed run of a table row: `neighbors`
     (data clients of its list columns 1..), `pi [R, K-1]` per round, `trace [E+2, K-1]` of
     the first estimate and the round (from 1) it was made in."""
-    from pfedwn_jax.experiment.config import ExperimentConfig
-    from pfedwn_jax.experiment.setup import federation_of
 
     sel = pick(res, row).rows
     run = int(sel["run"][sel["seed"] == row["seeds"][0]][0])
@@ -129,7 +127,6 @@ def pi_of_run(res: SweepResult, row: Mapping[str, Any]) -> dict[str, Any]:
 
 def plot_pi_target(weights: Mapping[str, Any], path: Path, title: str) -> Path | None:
     """Left: the first estimate's EM path; right: pi over rounds; a line per neighbor."""
-    from pfedwn_jax.plotting import pyplot, rounds_axis, save_figure
 
     plt = pyplot()
     if plt is None:

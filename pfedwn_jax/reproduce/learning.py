@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from pfedwn_jax.reproduce import wireless_figs
+from pfedwn_jax.reproduce.crossover import run_crossover, write_crossover
 from pfedwn_jax.reproduce.figures import fig1, fig8, fig9
 from pfedwn_jax.reproduce.presets import Preset, get_preset
 from pfedwn_jax.reproduce.report import write_report
@@ -54,7 +56,6 @@ def wireless_item(item: str, out: Path, p: Preset) -> dict[str, Any]:
     """A wireless figure of `reproduce.wireless_figs`. Figs. 4 and 7 show the cases the runs
     use (the preset's criterion); Fig. 7 the partition the runs of Fig. 8's dataset train on
     (the preset's sample cap included)."""
-    from pfedwn_jax.reproduce import wireless_figs
 
     if item not in ("fig4", "fig7"):
         return dict(wireless_figs.FIGURES[item](out, p.name))
@@ -112,7 +113,6 @@ def _pairs(rows, sweeps, p: Preset, out: Path, done) -> dict[str, list[dict[str,
 
 
 def _crossover(p: Preset, out: Path, done, wall, log) -> dict[str, Any] | None:
-    from pfedwn_jax.reproduce.crossover import run_crossover, write_crossover
 
     if p.crossover is None:
         log(f"crossover: preset {p.name!r} has none; skipped")

@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from pfedwn_jax._checks import check_choice
+from pfedwn_jax.reproduce.cases import CRITERIA
 from pfedwn_jax.reproduce.paper_numbers import METHODS
 
 #: pFedWN's EM read the other ways the paper allows (hyperparameter overrides of the
@@ -119,8 +121,6 @@ class Preset:
     max_runs: int | None = None
 
     def __post_init__(self) -> None:
-        from pfedwn_jax._checks import check_choice
-        from pfedwn_jax.reproduce.cases import CRITERIA
 
         check_choice("criterion", self.criterion, CRITERIA)
         check_choice("variant_points", self.variant_points, VARIANT_POINTS)

@@ -11,7 +11,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pfedwn_jax.io import atomic_write_text
 from pfedwn_jax.reproduce.cases import CRITERIA, case_rows
+from pfedwn_jax.reproduce.crossover import HOLD, markdown
 from pfedwn_jax.reproduce.paper_numbers import PAPER_MAX
 from pfedwn_jax.reproduce.presets import Preset
 from pfedwn_jax.reproduce.runs import dataset_base, label_counts, table_cases
@@ -107,7 +109,6 @@ def _pairs_section(p: Preset, rows, pairs: Mapping[str, Sequence[Mapping[str, An
 def _crossover_section(cross: Mapping[str, Any] | None, p: Preset) -> list[str]:
     if cross is None:
         return []
-    from pfedwn_jax.reproduce.crossover import HOLD, markdown
 
     c = p.crossover
     assert c is not None  # the rows come from a crossover study
@@ -146,7 +147,6 @@ def write_report(
     cross: Mapping[str, Any] | None = None,
 ) -> Path:
     """`out/REPORT.md` (see the module docstring)."""
-    from pfedwn_jax.io import atomic_write_text
 
     models = sorted({r["config"]["model"] for r in rows}) if rows else []
     text = [

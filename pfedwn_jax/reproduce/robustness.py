@@ -41,6 +41,7 @@ from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.io import atomic_write_json, atomic_write_text
 from pfedwn_jax.plotting import pyplot, save_figure
 from pfedwn_jax.reproduce.paper_numbers import METHODS
+from pfedwn_jax.results.stats import mean_std_ci
 
 AXES = ("gamma", "eps", "loss", "speed")
 #: The config field each axis sets, and the x-axis label of its panel.
@@ -235,7 +236,6 @@ def table(points: list[dict[str, Any]], curves: dict[str, Any], window: int) -> 
 def summarize(rows: list[dict[str, Any]], stat: str = "last") -> list[dict[str, Any]]:
     """Mean over seeds of `stat` with its 95% Student-t interval, per axis x value x
     selection x method (in order of appearance)."""
-    from pfedwn_jax.results.stats import mean_std_ci
 
     groups: dict[tuple, list[float]] = {}
     for r in rows:

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from pfedwn_jax.io import atomic_write_json, atomic_write_text
 from pfedwn_jax.reproduce.runs import SPECIAL, STATS
 from pfedwn_jax.results.sweep import SweepResult
 
@@ -25,8 +26,6 @@ def write_table(rows: Sequence[Mapping[str, Any]], out: Path, name: str) -> dict
     """`name.csv` (one line per row; chosen and config as JSON) and `name.json`."""
     import csv
     import io
-
-    from pfedwn_jax.io import atomic_write_json, atomic_write_text
 
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -206,7 +205,6 @@ def write_pairs(
     what: str = "variant - default",
 ) -> Path:
     """`name.json`: the pairs (`paired`'s fields per dataset, case and variant)."""
-    from pfedwn_jax.io import atomic_write_json
 
     doc = {"schema": "pfedwn-reproduce-pairs/1", "window": window,
            "unit": f"points of % target test accuracy ({what}, per seed)",

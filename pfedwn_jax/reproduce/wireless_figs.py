@@ -53,6 +53,7 @@ from pfedwn_jax.data import DatasetUnavailableError, client_label_counts, load_d
 from pfedwn_jax.data.plot import plot_label_heatmap
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.experiment.federation import channel_params
+from pfedwn_jax.experiment.setup import load_data
 from pfedwn_jax.io import atomic_write_json, atomic_write_text, atomic_write_with, write_npz
 from pfedwn_jax.plotting import pyplot, save_figure
 from pfedwn_jax.reproduce.cases import Case, paper_cases
@@ -337,7 +338,6 @@ def plot_fig6(out: Path, grid: dict[str, Any], note: str = "") -> Path | None:
 def _load_partition(base: ExperimentConfig, preset: str) -> tuple[np.ndarray, str | None]:
     """`[clients, classes]` counts of the runs' partition (all splits) and the fallback used
     ("paper" without a prepared TFDS CIFAR-10: the shared CIFAR-10 subset)."""
-    from pfedwn_jax.experiment.setup import load_data  # the runs' own partition path
 
     fallback = None
     if preset == "paper" and base.dataset == PRESETS["paper"].dataset:

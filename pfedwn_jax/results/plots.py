@@ -4,15 +4,14 @@ a heatmap of a 2-D grid (matplotlib, imported lazily: None where it is missing).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from pfedwn_jax._checks import check_choice
 from pfedwn_jax.plotting import pyplot, save_figure
 
-if TYPE_CHECKING:
-    from pfedwn_jax.results.sweep import SweepResult
+SweepResult = Any  # `results.sweep.SweepResult` (which imports this module)
 
 STATS = ("final", "last", "max")  # as `results.sweep.STATS`
 _BAR = ("mean", "ci_low", "ci_high")  # the summary entries an error bar is drawn from

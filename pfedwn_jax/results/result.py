@@ -34,9 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from pfedwn_jax import frames
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.io import atomic_write_json, atomic_write_with, read_json, write_npz
+from pfedwn_jax.results import frames
 from pfedwn_jax.results.metrics import accuracy_stats
 
 SCHEMA = "pfedwn-results/3"  # every array inline
@@ -145,7 +145,7 @@ class Result:
     def to_pandas(self) -> Any:
         """A tidy `pandas.DataFrame`, one row per method x round: target accuracy and loss,
         client-accuracy mean and quantiles, per-round scalar records
-        (`pfedwn_jax.frames.result_columns`). Needs pandas (the `analysis` extra)."""
+        (`pfedwn_jax.results.frames.result_columns`). Needs pandas (the `analysis` extra)."""
         return frames.pandas_module("Result.to_pandas()").DataFrame(frames.result_columns(self))
 
     @property

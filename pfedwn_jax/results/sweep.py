@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 
 from pfedwn_jax._checks import check_choice, check_int
-from pfedwn_jax.frames import pandas_module
 from pfedwn_jax.io import (
     atomic_write_json,
     atomic_write_text,
@@ -33,6 +32,7 @@ from pfedwn_jax.io import (
 )
 from pfedwn_jax.plotting import pyplot
 from pfedwn_jax.results import plots
+from pfedwn_jax.results.frames import pandas_module
 from pfedwn_jax.results.plots import shown as _shown
 from pfedwn_jax.results.result import to_jsonable
 from pfedwn_jax.results.stats import LEVEL, mean_std_ci, t_interval

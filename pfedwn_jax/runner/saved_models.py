@@ -37,7 +37,11 @@ import numpy as np
 
 from pfedwn_jax import state_store
 from pfedwn_jax.distributed import is_writer
+from pfedwn_jax.engine import evaluate
+from pfedwn_jax.experiment.config import ExperimentConfig
+from pfedwn_jax.experiment.setup import setup
 from pfedwn_jax.io import atomic_write_json, check_writable_dir
+from pfedwn_jax.models import available_models, get_model
 
 log = logging.getLogger("pfedwn_jax")
 FORMAT = "pfedwn-models/1"
@@ -170,7 +174,6 @@ class SavedModels:
 
     def config(self, run: int = 0) -> Any:
         """The run's `ExperimentConfig` (`setup(config)` rebuilds its data and federation)."""
-        from pfedwn_jax.experiment.config import ExperimentConfig
 
         return ExperimentConfig.from_dict(self._run(run)["config"])
 
@@ -185,7 +188,6 @@ class SavedModels:
     def model(self, run: int = 0) -> Any:
         """The engine `Model` that applies the run's parameters (`model.apply(params_s, x)`);
         a model registered by the user's code needs that code imported first."""
-        from pfedwn_jax.models import available_models, get_model
 
         spec = self._run(run)["model"]
         if spec["name"] not in available_models():
@@ -226,8 +228,6 @@ class SavedModels:
         "val") of the run's data, rebuilt by `setup(config)` (an in-memory dataset must be
         registered again under its name); a ValueError when the data's arrays differ from
         those the run trained on (SHA-256)."""
-        from pfedwn_jax.engine import evaluate
-        from pfedwn_jax.experiment.setup import setup
 
         if split not in ("test", "val"):
             raise ValueError(f"split must be 'test' or 'val'; got {split!r}")
