@@ -65,7 +65,8 @@ class ExperimentConfig:
         many (None: 2); must be None for the other schemes.
       val_fraction: share of each client's training samples held out as a validation split,
         in [0, 1) (0: none, the default). The runner then records the validation accuracy per
-        round (`records.val_acc [S]`, `records.target_val_acc`) for choosing hyperparameters.
+        round (`client_val_accuracy [R][S]` and the metric `target_val_accuracy` of each
+        method's entry) for choosing hyperparameters.
       max_samples_per_client: if set, a client with more samples keeps a random subset of
         this many (changes the data; bounds the padded per-client arrays). None: all.
 

@@ -2,7 +2,7 @@
 
 Runs share a program when `run_key` is equal (`batch.program_key`: model, data shapes, the
 schedule, the link model; plus every method's static hyperparameters). A group is split into
-programs of as many runs as the memory plan fits (`sweeps.memory`), a multiple of the mesh's
+programs of as many runs as the memory plan fits (`runner.memory`), a multiple of the mesh's
 run axis, each padded to it by repeating its last run; its contexts are padded to common
 shapes, stacked along a run axis (shared leaves kept once) and placed on the mesh.
 """
