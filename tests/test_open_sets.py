@@ -74,3 +74,39 @@ def test_no_runner_or_engine_module_names_a_built_in_algorithm():
     assert [hit for f in files for hit in _named_algorithms(f)] == []
     # the check itself sees a name and an import
     assert _named_algorithms(PACKAGE / "algorithms" / "__init__.py")
+
+
+def test_a_per_slot_device_metric_declared_once_reaches_result_sweep_and_csv(tmp_path, monkeypatch):
+    """One entry of `SLOT_METRICS` (its function, its row, its target mean): computed inside
+    the compiled round, kept per slot in `Result`, its target mean in `Result`,
+    `SweepResult` and the CSV writer."""
+    import csv
+
+    import numpy as np
+
+    import pfedwn_jax
+    from pfedwn_jax.results import metrics
+    from pfedwn_jax.runner.writers import CSVWriter
+
+    monkeypatch.setitem(
+        metrics.SLOT_METRICS,
+        "double_loss",
+        metrics.SlotMetric(lambda v: 2 * v.test["loss"], "client_double_loss", "target_double"),
+    )
+    alg = register(get_algorithm("fedavg")._replace(name="test_slot_metric"))  # fresh programs
+    try:
+        cfg = ExperimentConfig(**{**TINY_RUN, "rounds": 2}, algorithms=(alg.name,))
+        path = tmp_path / "metrics.csv"
+        res = pfedwn_jax.run(cfg, progress=False, writers=[CSVWriter(path)])
+        entry = res.methods[alg.name]
+        np.testing.assert_allclose(
+            entry["client_double_loss"], 2 * np.asarray(entry["client_loss"])
+        )
+        np.testing.assert_allclose(entry["target_double"], 2 * np.asarray(entry["target_loss"]))
+        sw = pfedwn_jax.sweep(cfg, progress=False)
+        np.testing.assert_allclose(sw.rows["target_double"], entry["target_double"], rtol=1e-6)
+        with path.open() as f:
+            rows = [r for r in csv.DictReader(f) if r["name"] == "target_double"]
+        assert [float(r["value"]) for r in rows] == pytest.approx(entry["target_double"])
+    finally:
+        unregister(alg.name)

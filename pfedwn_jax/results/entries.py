@@ -14,14 +14,8 @@ from typing import Any
 import numpy as np
 
 from pfedwn_jax.algorithms import hparams_dict
-from pfedwn_jax.results.metrics import accuracy_stats
+from pfedwn_jax.results.metrics import accuracy_stats, slot_rows
 from pfedwn_jax.results.table import Track, listed
-
-PER_SLOT = {
-    "accuracy": "client_accuracy",
-    "loss": "client_loss",
-    "val_accuracy": "client_val_accuracy",
-}
 
 
 def recorded_rounds(rounds: int, record_every: int, last: int) -> np.ndarray:
@@ -45,7 +39,7 @@ def method_entry(track: Track, hp: Any, record_every: int, last: int) -> dict[st
     acc = track.array("accuracy")
     entry["client_accuracy_stats"] = accuracy_stats(acc if acc is not None else np.zeros((0, 0)))
     entry["recorded_rounds"] = kept.tolist()
-    for key, name in PER_SLOT.items():
+    for key, name in slot_rows().items():
         values = track.array(key)
         if values is not None:
             entry[name] = values[rows].tolist()

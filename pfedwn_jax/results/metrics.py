@@ -12,15 +12,22 @@ round on the host, so adding one is one `register_metric` call:
 
 and it appears as a column of `SweepResult.rows` (and `rows.csv`), as a per-round list in
 `Result.methods[name]` and in the metric writers.
+
+A per-slot metric computed on the device inside the compiled round (`RoundOut.metrics`,
+`[S]` each) is one entry of `SLOT_METRICS`: its function of the round's `SlotView`, the
+per-slot row a `Result` keeps of it, and (optionally) the per-round metric of its mean over
+the target slots, which reaches `SweepResult`, the CSV and the writers like any other.
 """
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
+
+from pfedwn_jax.results.divergence import TRAIN_LOSS, slot_finite
 
 
 class Rounds(NamedTuple):
@@ -32,6 +39,7 @@ class Rounds(NamedTuple):
       val_accuracy: `[n, S]` validation accuracy, or None (no validation split).
       is_target: `[S]` bool, the slots reported as targets.
       records: `key -> [n, ...]` the records kept (pFedWN's `pi [n, S, K]`, ...).
+      slots: `name -> [n, S]` every per-slot device metric (`SLOT_METRICS`).
     """
 
     accuracy: np.ndarray
@@ -39,6 +47,67 @@ class Rounds(NamedTuple):
     val_accuracy: np.ndarray | None
     is_target: np.ndarray
     records: Mapping[str, np.ndarray]
+    slots: Mapping[str, np.ndarray] = {}
+
+
+class SlotView(NamedTuple):
+    """What a per-slot device metric is computed from, inside the compiled round.
+
+    Attributes:
+      params: `[S, ...]` the models the slots are evaluated with.
+      test: `accuracy [S]`, `loss [S]`: `engine.evaluate` on the test split.
+      val: the same on the validation split, or None (no validation split).
+      records: the round's records (the algorithm's and the links').
+      num_slots: `S`.
+    """
+
+    params: Any
+    test: Mapping[str, Any]
+    val: Mapping[str, Any] | None
+    records: Mapping[str, Any]
+    num_slots: int
+
+
+class SlotMetric(NamedTuple):
+    """A per-slot device metric: `fn(SlotView) -> [S]` (None where it does not apply), the
+    per-slot row a `Result` entry keeps (`client_...`; None: not kept), and `target`, the name
+    of the per-round metric of its mean over the target slots (None: none)."""
+
+    fn: Callable[[SlotView], Any]
+    row: str | None
+    target: str | None = None
+
+
+def _finite(v: SlotView) -> Any:
+    """`[S]` bool: the slot's parameters, test loss (and training loss) are finite."""
+    losses = [v.test["loss"]]
+    train = v.records.get(TRAIN_LOSS)
+    if train is not None and train.shape == (v.num_slots,):
+        losses.append(train)
+    return slot_finite(v.params, losses)
+
+
+#: The per-slot metrics every round computes on the device, in order. Adding one is two edits
+#: here: its function and its entry (see docs/engine.md).
+SLOT_METRICS: dict[str, SlotMetric] = {
+    "accuracy": SlotMetric(lambda v: v.test["accuracy"], "client_accuracy"),
+    "loss": SlotMetric(lambda v: v.test["loss"], "client_loss"),
+    "finite": SlotMetric(_finite, None),
+    "val_accuracy": SlotMetric(
+        lambda v: None if v.val is None else v.val["accuracy"], "client_val_accuracy"
+    ),
+}
+
+
+def slot_metrics(view: SlotView) -> dict[str, Any]:
+    """Every per-slot device metric that applies to this round: `name -> [S]`."""
+    out = {name: m.fn(view) for name, m in SLOT_METRICS.items()}
+    return {name: value for name, value in out.items() if value is not None}
+
+
+def slot_rows() -> dict[str, str]:
+    """Per-slot metric -> the row a `Result` entry keeps of it."""
+    return {name: m.row for name, m in SLOT_METRICS.items() if m.row is not None}
 
 
 QUANTILES = (10, 50, 90)  # percent: the client-accuracy quantiles kept every round
@@ -79,8 +148,13 @@ def unregister_metric(name: str) -> None:
 
 
 def metric_names() -> tuple[str, ...]:
-    """The registered metrics, in registration order."""
-    return tuple(_METRICS)
+    """The registered metrics, in registration order, then the per-slot metrics' target
+    means."""
+    return tuple(dict.fromkeys([*_METRICS, *_slot_targets()]))
+
+
+def _slot_targets() -> dict[str, str]:
+    return {m.target: name for name, m in SLOT_METRICS.items() if m.target is not None}
 
 
 def compute(rounds: Rounds) -> dict[str, np.ndarray]:
@@ -97,6 +171,9 @@ def compute(rounds: Rounds) -> dict[str, np.ndarray]:
                 f"metric {name!r} must give one number per round ({n}); got shape {value.shape}"
             )
         out[name] = value
+    for target, name in _slot_targets().items():
+        if target not in out and name in rounds.slots:
+            out[target] = _target_mean(np.asarray(rounds.slots[name], np.float64), rounds.is_target)
     return out
 
 

@@ -37,7 +37,7 @@ import numpy as np
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.io import atomic_write_json, atomic_write_with, read_json, write_npz
 from pfedwn_jax.results import frames
-from pfedwn_jax.results.metrics import accuracy_stats
+from pfedwn_jax.results.metrics import accuracy_stats, slot_rows
 
 SCHEMA = "pfedwn-results/3"  # every array inline
 COMPACT_SCHEMA = "pfedwn-results/4"  # summaries inline, per-slot arrays in the .npz
@@ -45,7 +45,6 @@ COMPACT_SCHEMA = "pfedwn-results/4"  # summaries inline, per-slot arrays in the 
 OLD_SCHEMA, OLD_COMPACT_SCHEMA = "pfedwn-results/1", "pfedwn-results/2"
 SCHEMAS = (SCHEMA, COMPACT_SCHEMA, OLD_SCHEMA, OLD_COMPACT_SCHEMA)
 COMPACT_SCHEMAS = (COMPACT_SCHEMA, OLD_COMPACT_SCHEMA)
-PER_SLOT = ("client_accuracy", "client_loss", "client_val_accuracy")  # rows kept per slot
 DATA_ARRAYS = ("train_counts", "test_counts")  # per-client entries of `Result.data`
 SEP = "/"  # npz key = path in the results dict: "methods/pfedwn/records/pi"
 
@@ -183,7 +182,7 @@ class Result:
         for name, entry in self.methods.items():
             where = SEP.join(("methods", name))
             arrays[where + SEP + "rounds"] = self.recorded_rounds(name).astype(np.int32)
-            head = _split_off(entry, PER_SLOT, where, arrays, dtype)
+            head = _split_off(entry, list(slot_rows().values()), where, arrays, dtype)
             head.pop("recorded_rounds", None)
             records = entry.get("records", {})
             keys = [k for k, v in records.items() if not _per_round_scalar(v)]

@@ -139,7 +139,7 @@ class Table:
         n = int(np.shape(block["accuracy"])[0])
         finite = np.asarray(block["finite"], bool)
         keep = self._divergence(run, method, start, finite, quiet) or n
-        for key in ("accuracy", "loss", "finite", "val_accuracy"):
+        for key in metric_registry.SLOT_METRICS:
             if block.get(key) is not None:
                 track.arrays.setdefault(key, []).append(np.asarray(block[key])[:keep])
         for key, value in block.get("records", {}).items():
@@ -158,6 +158,11 @@ class Table:
             val_accuracy=None if val is None else np.asarray(val, np.float64)[:keep],
             is_target=self.runs[run].is_target,
             records={k: np.asarray(v)[:keep] for k, v in block.get("records", {}).items()},
+            slots={
+                k: np.asarray(block[k])[:keep]
+                for k in metric_registry.SLOT_METRICS
+                if block.get(k) is not None
+            },
         )
 
     def _divergence(

@@ -22,12 +22,8 @@ import jax.numpy as jnp
 from pfedwn_jax.algorithms import Algorithm, RoundContext
 from pfedwn_jax.data import ClientData
 from pfedwn_jax.engine import constrain_slots, evaluate
-from pfedwn_jax.results.divergence import TRAIN_LOSS, slot_finite
+from pfedwn_jax.results.metrics import SlotView, slot_metrics
 from pfedwn_jax.runner.links import begin_round, end_round, init_track, needs_track
-
-#: Per-slot metrics of every round (`RoundOut.metrics`), `[S]` each; `val_accuracy` only
-#: with a validation split.
-METRICS = ("accuracy", "loss", "finite", "val_accuracy")
 
 
 class RunState(flax.struct.PyTreeNode):
@@ -47,8 +43,9 @@ class RoundOut(flax.struct.PyTreeNode):
     """What a round produces besides the next state.
 
     Attributes:
-      metrics: `accuracy [S]`, `loss [S]` (test split), `finite [S]` (bool, `slot_finite`), and
-        `val_accuracy [S]` with a validation split.
+      metrics: the per-slot metrics (`results.metrics.SLOT_METRICS`): `accuracy [S]`,
+        `loss [S]` (test split), `finite [S]` (bool, `slot_finite`), and `val_accuracy [S]`
+        with a validation split.
       records: the algorithm's records (e.g. `pi [S, K]`, `train_loss [S]`) and the links'
         (`link_received [S, K]`, `link_failure_rate []`, with mobility `positions [S, 2]`,
         `neighbors`/`neighbor_mask [S, K]`, `reselected []`, with stale links `link_age`).
@@ -111,17 +108,12 @@ def _checked_round(alg: Algorithm, out: Any) -> tuple[Any, Any]:
 def _metrics(
     ctx: RoundContext, params: Any, evals: tuple[ClientData, Any], records: dict[str, jax.Array]
 ) -> dict[str, jax.Array]:
-    """Per-slot test accuracy and loss, divergence flags and (with `val`) val accuracy."""
+    """Every per-slot device metric (`results.metrics.SLOT_METRICS`: test accuracy and loss,
+    divergence flags, with `val` the validation accuracy, ...), `[S]` each."""
     test, val = evals
-    out = evaluate(ctx.model, params, test, ctx.data_client)
-    losses = [out["loss"]]
-    if TRAIN_LOSS in records and records[TRAIN_LOSS].shape == (ctx.num_slots,):
-        losses.append(records[TRAIN_LOSS])
-    metrics = {"accuracy": out["accuracy"], "loss": out["loss"]}
-    metrics["finite"] = slot_finite(params, losses)
-    if val is not None:
-        metrics["val_accuracy"] = evaluate(ctx.model, params, val, ctx.data_client)["accuracy"]
-    return metrics
+    on = lambda split: evaluate(ctx.model, params, split, ctx.data_client)
+    view = SlotView(params, on(test), None if val is None else on(val), records, ctx.num_slots)
+    return slot_metrics(view)
 
 
 @functools.lru_cache(maxsize=32)
