@@ -252,5 +252,6 @@ FEDAMP = register(
         eval_params=eval_own,
         records=train_loss_record,
         description="attentive message passing with a proximal term to the cloud model",
+        family="personalized-aggregation",
     )
 )

@@ -56,5 +56,6 @@ FEDPROX = register(
         eval_params=eval_own,
         records=train_loss_record,
         description="FedAvg with a proximal term mu/2 ||w - w_round_start||^2",
+        family="traditional",
     )
 )

@@ -32,5 +32,6 @@ LOCAL = register(
         eval_params=eval_own,
         records=train_loss_record,
         description="local training only (no communication)",
+        family="local",
     )
 )

@@ -195,5 +195,6 @@ PERFEDAVG = register(
         eval_params=eval_params,
         records=train_loss_record,
         description="MAML-style FedAvg (Fallah et al. 2020), evaluated after one adaptation step",
+        family="meta-learning",
     )
 )

@@ -549,5 +549,6 @@ PFEDWN = register(
         eval_params=eval_own,
         records=records,
         description="EM-weighted aggregation over the selected neighbors (the paper's method)",
+        family="personalized-aggregation",
     )
 )
