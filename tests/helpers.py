@@ -231,3 +231,16 @@ def scalar_series(directory: Path) -> dict[str, list[tuple[int, float]]]:
             if value.HasField("simple_value"):
                 out.setdefault(value.tag, []).append((event.step, value.simple_value))
     return out
+
+
+def registry_params(always: tuple[str, ...] = ("pfedwn",)) -> list:
+    """Every registered algorithm as a pytest parameter: one representative per family (and
+    `always`) in the quick tier, the rest marked slow (registry-wide checks)."""
+    import pytest
+
+    from pfedwn_jax.algorithms import available_algorithms, family_representatives
+
+    quick = set(family_representatives()) | set(always)
+    return [
+        n if n in quick else pytest.param(n, marks=pytest.mark.slow) for n in available_algorithms()
+    ]

@@ -72,3 +72,27 @@ def test_register_and_unregister_guard_the_registry(clean_registry):
         get_algorithm("fedavg_copy")
     with pytest.raises(ValueError, match="must be one of"):
         unregister("fedavg_copy")
+
+
+def test_families_default_run_and_representatives():
+    """Each built-in method names a known family; a config naming no algorithms runs the
+    default ones; the quick tier's representatives are the first of each family."""
+    from pfedwn_jax.algorithms import FAMILIES, default_algorithms, family_representatives
+
+    for name in available_algorithms():
+        assert get_algorithm(name).family in FAMILIES, name
+    assert set(default_algorithms()) <= set(available_algorithms())
+    reps = family_representatives()
+    assert len(reps) == len({get_algorithm(n).family for n in available_algorithms()})
+    assert [get_algorithm(n).family for n in reps] == list(
+        dict.fromkeys(get_algorithm(n).family for n in available_algorithms())
+    )
+    extra = get_algorithm("fedavg")._replace(name="fedavg_extra", default=False, family="mine")
+    register(extra)
+    try:
+        assert "fedavg_extra" not in default_algorithms()
+        assert "fedavg_extra" in family_representatives()
+    finally:
+        unregister("fedavg_extra")
+    with pytest.raises(ValueError, match="family"):
+        register(get_algorithm("fedavg")._replace(name="nofamily", family=""))

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from pfedwn_jax.algorithms import available_algorithms
+from pfedwn_jax.algorithms import default_algorithms
 from pfedwn_jax.cli import build_parser, main
 from pfedwn_jax.cli.run import CURVE, PI_PLOT, RESULTS, config_from_args
 from pfedwn_jax.experiment import ExperimentConfig
@@ -141,7 +141,7 @@ def test_default_demo_config_end_to_end(tmp_path, capsys):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     results = json.loads((out / RESULTS).read_text())
     assert results["config"] == json.loads(json.dumps(ExperimentConfig().to_dict()))
-    assert list(results["methods"]) == list(available_algorithms())
+    assert list(results["methods"]) == list(default_algorithms())
     printed = capsys.readouterr().out
     rounds = ExperimentConfig().rounds
     slots = len(results["network"]["slot_client"])

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pfedwn_jax._checks import SEED_MAX
-from pfedwn_jax.algorithms import available_algorithms, get_algorithm
+from pfedwn_jax.algorithms import default_algorithms, get_algorithm
 from pfedwn_jax.experiment import ExperimentConfig
 from pfedwn_jax.experiment.grid import (
     GRID_FIELDS,
@@ -91,7 +91,7 @@ def test_grid_keys_are_fields_then_every_hparam_of_the_methods_run():
     assert set(GRID_FIELDS) <= set(ExperimentConfig.field_names())
     every = grid_keys(ExperimentConfig())
     assert {k.split(".")[0] for k in every if "." in k} == {
-        m for m in available_algorithms() if dataclasses.fields(get_algorithm(m).hparams)
+        m for m in default_algorithms() if dataclasses.fields(get_algorithm(m).hparams)
     }
 
 

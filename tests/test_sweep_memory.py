@@ -15,9 +15,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from helpers import TINY_RUN
+from helpers import TINY_RUN, registry_params
 
-from pfedwn_jax.algorithms import available_algorithms, get_algorithm
+from pfedwn_jax.algorithms import get_algorithm
 from pfedwn_jax.api import compiled_block
 from pfedwn_jax.data import DEFAULT_DATASET, load_dataset
 from pfedwn_jax.engine import local_train
@@ -77,10 +77,7 @@ def _xla(exp, name: str) -> tuple[int, int]:
 # --------------------------------------------------------------------------- against XLA
 @pytest.mark.parametrize(
     "name",
-    [
-        n if n == "pfedwn" else pytest.param(n, marks=pytest.mark.slow)
-        for n in available_algorithms()
-    ],
+    registry_params(),
 )
 def test_estimate_within_factor_of_xla(exp, name):
     est = estimate(exp.ctx, exp.test, name, exp.config.hparams_for(name))

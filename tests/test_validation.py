@@ -18,7 +18,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pfedwn_jax._checks import INT32_MAX, SEED_MAX
-from pfedwn_jax.algorithms import available_algorithms, get_algorithm, make_hparams
+from pfedwn_jax.algorithms import (
+    available_algorithms,
+    default_algorithms,
+    get_algorithm,
+    make_hparams,
+)
 from pfedwn_jax.cli import main
 from pfedwn_jax.experiment import ExperimentConfig
 from pfedwn_jax.experiment.config import MAX_NEIGHBORS
@@ -272,8 +277,16 @@ def test_empty_method_string_is_rejected(text):
     assert "available" in msg and "fedavg" in msg
 
 
-def test_default_empty_tuple_means_every_method():
-    assert ExperimentConfig().method_names == available_algorithms()
+def test_default_empty_tuple_means_the_default_methods():
+    assert ExperimentConfig().method_names == default_algorithms()
+    assert default_algorithms()[:6] == (
+        "local",
+        "fedavg",
+        "fedprox",
+        "perfedavg",
+        "fedamp",
+        "pfedwn",
+    )
     assert ExperimentConfig(algorithms=" fedavg, local ").algorithms == ("fedavg", "local")
 
 

@@ -8,12 +8,15 @@ imports (and so registers) every built-in algorithm.
 import importlib
 
 from pfedwn_jax.algorithms.base import (
+    FAMILIES,
     Algorithm,
     NoHParams,
     RoundContext,
     available_algorithms,
+    default_algorithms,
     dense_adjacency,
     dynamic_fields,
+    family_representatives,
     get_algorithm,
     hparam_leaves,
     hparams,
@@ -46,14 +49,17 @@ for _module in _BUILTIN:
     importlib.import_module(f"pfedwn_jax.algorithms.{_module}")
 
 __all__ = [
+    "FAMILIES",
     "Algorithm",
     "BaselineState",
     "NoHParams",
     "RoundContext",
     "available_algorithms",
+    "default_algorithms",
     "dense_adjacency",
     "dynamic_fields",
     "eval_own",
+    "family_representatives",
     "get_algorithm",
     "group_average_matrix",
     "group_average_weights",

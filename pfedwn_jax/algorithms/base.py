@@ -207,7 +207,27 @@ class Algorithm(NamedTuple):
     description: str = ""
     # (sizes, hp) -> [phases.Phase]: the round's phases for the memory plan; None: baseline
     memory_phases: Callable[..., list] | None = None
+    # The method's family (one of FAMILIES, or a user's own name): registry-wide checks run
+    # for one representative per family in the quick test tier and for every method in the slow.
+    family: str = "other"
+    # Whether the method runs when a config names no algorithms (the paper's six and a user's
+    # own registered methods do; the package's further methods are named explicitly).
+    default: bool = True
 
+
+# The built-in families, in the order docs/algorithms.md lists them.
+FAMILIES = (
+    "local",
+    "traditional",
+    "meta-learning",
+    "regularized",
+    "personalized-aggregation",
+    "splitting",
+    "mixture",
+    "decentralized",
+    "clustered",
+    "other",
+)
 
 _REGISTRY: dict[str, Algorithm] = {}
 
@@ -220,6 +240,8 @@ def register(alg: Algorithm) -> Algorithm:
         raise TypeError(
             f"{alg.name}: hparams must be a class decorated with pfedwn_jax.algorithms.hparams"
         )
+    if not isinstance(alg.family, str) or not alg.family:
+        raise ValueError(f"{alg.name}: family must be a non-empty name; got {alg.family!r}")
     old = _REGISTRY.get(alg.name)
     if old is not None and old is not alg:
         raise ValueError(f"algorithm {alg.name!r} is already registered")
@@ -237,6 +259,19 @@ def unregister(name: str) -> Algorithm:
 def available_algorithms() -> tuple[str, ...]:
     """Names of the registered algorithms, in registration order."""
     return tuple(_REGISTRY)
+
+
+def default_algorithms() -> tuple[str, ...]:
+    """Names of the registered algorithms that run when a config names none, in order."""
+    return tuple(name for name, alg in _REGISTRY.items() if alg.default)
+
+
+def family_representatives() -> tuple[str, ...]:
+    """The first registered algorithm of each family, in registration order."""
+    first: dict[str, str] = {}
+    for name, alg in _REGISTRY.items():
+        first.setdefault(alg.family, name)
+    return tuple(n for n in _REGISTRY if n in first.values())
 
 
 def get_algorithm(name: str) -> Algorithm:

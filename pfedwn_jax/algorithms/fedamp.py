@@ -270,5 +270,6 @@ FEDAMP = register(
         records=train_loss_record,
         description="attentive message passing with a proximal term to the cloud model",
         memory_phases=memory_phases,
+        family="personalized-aggregation",
     )
 )

@@ -37,5 +37,6 @@ FEDAVG = register(
         eval_params=eval_own,
         records=train_loss_record,
         description="sample-weighted model average inside each group",
+        family="traditional",
     )
 )

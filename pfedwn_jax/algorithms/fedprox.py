@@ -64,5 +64,6 @@ FEDPROX = register(
         records=train_loss_record,
         description="FedAvg with a proximal term mu/2 ||w - w_round_start||^2",
         memory_phases=memory_phases,
+        family="traditional",
     )
 )

@@ -40,5 +40,6 @@ LOCAL = register(
         records=train_loss_record,
         description="local training only (no communication)",
         memory_phases=memory_phases,
+        family="local",
     )
 )

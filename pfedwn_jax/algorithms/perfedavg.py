@@ -216,5 +216,6 @@ PERFEDAVG = register(
         records=train_loss_record,
         description="MAML-style FedAvg (Fallah et al. 2020), evaluated after one adaptation step",
         memory_phases=memory_phases,
+        family="meta-learning",
     )
 )

@@ -579,5 +579,6 @@ PFEDWN = register(
         records=records,
         description="EM-weighted aggregation over the selected neighbors (the paper's method)",
         memory_phases=memory_phases,
+        family="personalized-aggregation",
     )
 )

@@ -25,7 +25,12 @@ from pfedwn_jax._checks import (
     check_seed,
     set_fields,
 )
-from pfedwn_jax.algorithms import available_algorithms, get_algorithm, make_hparams
+from pfedwn_jax.algorithms import (
+    available_algorithms,
+    default_algorithms,
+    get_algorithm,
+    make_hparams,
+)
 from pfedwn_jax.data.federate import POOLS
 from pfedwn_jax.data.partition import ALL_SCHEMES
 from pfedwn_jax.models import available_models
@@ -74,7 +79,8 @@ class ExperimentConfig:
       model: "cnn", "resnet18", "mlp", "logreg" or a name given with `register_model`.
         Default "mlp" so the default run (the demo) fits its 5-minute CPU budget; the paper
         used the CNN for MNIST (`cnn`).
-      algorithms: registered algorithm names to run, in order (empty: every registered one).
+      algorithms: registered algorithm names to run, in order (empty: the paper's six and any
+        algorithm a user registered: `pfedwn_jax.algorithms.default_algorithms()`).
       hparams: per-algorithm hyperparameter overrides, `{"fedprox": {"mu": 0.1}}`.
 
     Training:
@@ -216,8 +222,8 @@ class ExperimentConfig:
 
     @property
     def method_names(self) -> tuple[str, ...]:
-        """The algorithms to run (every registered one when `algorithms` is empty)."""
-        return self.algorithms or available_algorithms()
+        """The algorithms to run (`default_algorithms()` when `algorithms` is empty)."""
+        return self.algorithms or default_algorithms()
 
     def hparams_for(self, alg: str) -> Any:
         """The validated hyperparameter dataclass of algorithm `alg`."""
