@@ -63,7 +63,7 @@ from pfedwn_jax.results.report import (
     plot_pi_history,
 )
 from pfedwn_jax.results.result import Result
-from pfedwn_jax.runner.checkpoint import remove
+from pfedwn_jax.runner.checkpoint import holds_checkpoint, remove
 
 # Fields whose flag takes a comma-separated list: each value is its own case (see above).
 CASE_FIELDS = {
@@ -416,6 +416,10 @@ def main(args: argparse.Namespace) -> int:
     _join()
     out: Path = check_writable_dir(args.out, "--out")
     configs = refuse_eps_flag(args.eps, lambda: configs_from_args(args))
+    done = _finished(configs, out, args) if args.resume else None
+    if done is not None:  # a finished job has no checkpoint left: nothing runs again
+        print(f"nothing to resume: the job in {out} finished; its results: " + ", ".join(done))
+        return 0
     results, checkpoint = _run_all(configs, out, args)
     if not is_writer():  # every process ran the same job; process 0 writes it
         return 0
@@ -429,7 +433,7 @@ def main(args: argparse.Namespace) -> int:
         return _status(results)
     num_datasets = len(_split(getattr(args, "dataset", None)))
     several_cases = len(configs) > num_datasets
-    dirs = [out / _case_dir(i // num_datasets, c, several_cases) for i, c in enumerate(configs)]
+    dirs = _case_dirs(configs, out, args)
     for result, sub in zip(results, dirs, strict=True):
         _write_case(result, sub, args)
         print(format_table(result), "\n")
@@ -444,6 +448,31 @@ def main(args: argparse.Namespace) -> int:
     print(f"total {total:.1f} s; wrote {out / TABLE}, {out / CASES} and one directory per case")
     _say_kept(args, out)
     return _status(results)
+
+
+def _case_dirs(configs: list[ExperimentConfig], out: Path, args: argparse.Namespace) -> list[Path]:
+    """Each case's directory of a job of several configs."""
+    num_datasets = len(_split(getattr(args, "dataset", None)))
+    several_cases = len(configs) > num_datasets
+    return [out / _case_dir(i // num_datasets, c, several_cases) for i, c in enumerate(configs)]
+
+
+def _finished(
+    configs: list[ExperimentConfig], out: Path, args: argparse.Namespace
+) -> list[str] | None:
+    """The results files of `configs` in `out` when the job wrote them all and left no
+    checkpoint (it finished), else None."""
+    if (out / CHECKPOINT).is_dir() and holds_checkpoint(out / CHECKPOINT):
+        return None
+    one = len(configs) == 1
+    paths = [out / RESULTS] if one else [d / RESULTS for d in _case_dirs(configs, out, args)]
+    for path, config in zip(paths, configs, strict=True):
+        try:
+            if Result.load(path).config.to_dict() != config.to_dict():
+                return None
+        except (OSError, ValueError, KeyError):
+            return None
+    return [str(p) for p in paths]
 
 
 def _say_kept(args: argparse.Namespace, out: Path) -> None:
