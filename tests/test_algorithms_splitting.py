@@ -1,0 +1,216 @@
+"""The model-splitting methods (FedPer, LG-FedAvg, FedRep, FedBABU) against a plain
+per-client reference (full-batch gradient descent, a Python loop over clients), their limits
+(head = the whole model), and their runs in run/sweep, network mode and stale lossy links."""
+
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from helpers import TINY_RUN
+from toy_groups import CLASSES, SHAPE, make_data
+
+import pfedwn_jax
+from pfedwn_jax import ExperimentConfig
+from pfedwn_jax.algorithms import RoundContext, get_algorithm, make_hparams, neighbor_lists
+from pfedwn_jax.engine import per_sample_ce
+from pfedwn_jax.models import get_model
+
+LR = 0.1
+CLASSES_OF = [[0, 1], [0, 1], [2, 3], [1, 2]]
+# directed network rows: 0 <- {1, 3}, 1 <- {}, 2 <- {0, 1}, 3 <- {2}
+ADJ = np.array([[1, 1, 0, 1], [0, 1, 0, 0], [1, 1, 1, 0], [0, 0, 1, 1]], bool)
+
+
+def make_ctx(model="mlp", adjacency=ADJ, epochs=1) -> RoundContext:
+    """4 slots; batches of 64 >= every client's 40 samples: one full-batch step per epoch."""
+    data = make_data(CLASSES_OF)
+    neighbors, mask = neighbor_lists(np.asarray(adjacency, bool))
+    return RoundContext(
+        model=get_model(model, CLASSES, SHAPE),
+        optimizer=optax.sgd(LR),
+        train=data,
+        data_client=jnp.arange(4, dtype=jnp.int32),
+        neighbors=jnp.asarray(neighbors),
+        neighbor_mask=jnp.asarray(mask),
+        is_target=jnp.ones(4, bool),
+        num_samples=jnp.asarray(data.count, jnp.float32),
+        batch_size=64,
+        local_epochs=epochs,
+    )
+
+
+def run(name, ctx, rounds, overrides=None, seed=0):
+    """``rounds`` compiled rounds of ``name``: (state, eval params)."""
+    alg = get_algorithm(name)
+    hp = make_hparams(alg, overrides)
+    step = jax.jit(lambda state, key, ctx: alg.round(state, key, ctx, hp)[0])
+    state = alg.init(jax.random.PRNGKey(seed), ctx, hp)
+    for r in range(rounds):
+        state = step(state, jax.random.PRNGKey(100 + r), ctx)
+    return state, alg.eval_params(state, ctx, hp)
+
+
+# --- the reference: one dict of params per client, full-batch GD --------------------------
+
+
+def client_data(ctx, c):
+    n = int(ctx.train.count[c])
+    return ctx.train.x[c, :n], ctx.train.y[c, :n]
+
+
+def gd(ctx, params, c, steps, keys):
+    """``steps`` full-batch gradient steps of client ``c`` on the subtrees ``keys``."""
+    x, y = client_data(ctx, c)
+    loss = lambda p: jnp.mean(per_sample_ce(ctx.model.apply(p, x), y))
+    for _ in range(steps):
+        g = jax.grad(loss)(params)
+        params = {
+            k: jax.tree.map(lambda p, d: p - LR * d, v, g[k]) if k in keys else v
+            for k, v in params.items()
+        }
+    return params
+
+
+def group_mean(ctx, models, i, keys):
+    """Client ``i``'s models with ``keys`` replaced by its row's sample-weighted mean."""
+    n = np.asarray(ctx.train.count, np.float64)
+    row = np.nonzero(ADJ[i])[0]
+    mean = {
+        k: jax.tree.map(
+            lambda *p: sum(n[j] * p[t] for t, j in enumerate(row)) / n[row].sum(),
+            *[models[j][k] for j in row],
+        )
+        for k in keys
+    }
+    return {**models[i], **mean}
+
+
+def init_list(ctx):
+    p = ctx.model.init(jax.random.PRNGKey(0))
+    return [p] * 4
+
+
+BODY, HEAD, ALL = ("fc1", "fc2"), ("out",), ("fc1", "fc2", "out")
+
+
+def reference(name, ctx, rounds, head_epochs=2):
+    models = init_list(ctx)
+    for _ in range(rounds):
+        if name == "fedrep":
+            models = [gd(ctx, m, c, head_epochs, HEAD) for c, m in enumerate(models)]
+            models = [gd(ctx, m, c, 1, BODY) for c, m in enumerate(models)]
+        elif name == "fedbabu":
+            models = [gd(ctx, m, c, 1, BODY) for c, m in enumerate(models)]
+        else:
+            models = [gd(ctx, m, c, 1, ALL) for c, m in enumerate(models)]
+        shared = HEAD if name == "lgfedavg" else BODY
+        models = [group_mean(ctx, models, i, shared) for i in range(4)]
+    return models
+
+
+def assert_close(got, models):
+    for i, want in enumerate(models):
+        for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+            np.testing.assert_allclose(np.asarray(g[i]), np.asarray(w), rtol=2e-4, atol=2e-6)
+
+
+@pytest.mark.parametrize("name", ["fedper", "lgfedavg", "fedrep", "fedbabu"])
+def test_two_rounds_equal_the_per_client_reference(name):
+    ctx = make_ctx()
+    overrides = {"fedrep": {"head_epochs": 2}, "fedbabu": {"finetune_epochs": 0}}.get(name)
+    state, params = run(name, ctx, 2, overrides)
+    want = reference(name, ctx, 2)
+    assert_close(state.clients.params, want)
+    assert_close(params, want)
+    # the personal parts really differ between slots (else the test proves little)
+    personal = "fc1" if name == "lgfedavg" else "out"
+    if name != "fedbabu":
+        assert np.abs(np.diff(np.asarray(params[personal]["kernel"]), axis=0)).max() > 1e-4
+
+
+def test_fedbabu_keeps_the_head_at_init_and_evaluates_a_fine_tuned_copy():
+    ctx = make_ctx()
+    state, params = run("fedbabu", ctx, 2, {"finetune_epochs": 3})
+    init = ctx.model.init(jax.random.PRNGKey(0))
+    for a in range(4):
+        chex.assert_trees_all_equal(
+            jax.tree.map(lambda p: p[a], state.clients.params["out"]), init["out"]
+        )
+    want = reference("fedbabu", ctx, 2)
+    tuned = [gd(ctx, m, c, 3, ALL) for c, m in enumerate(want)]
+    assert_close(params, tuned)
+
+
+@pytest.mark.parametrize(
+    ("name", "other"), [("fedper", "local"), ("fedrep", "local"), ("lgfedavg", "fedavg")]
+)
+def test_a_head_that_is_the_whole_model_gives_local_or_fedavg(name, other):
+    ctx = make_ctx("logreg")  # its head is the whole model (the body is the identity)
+    overrides = {"head_epochs": 1} if name == "fedrep" else None
+    _, got = run(name, ctx, 2, overrides)
+    _, want = run(other, ctx, 2)
+    chex.assert_trees_all_equal(got, want)
+
+
+def test_fedbabu_with_the_head_the_whole_model_fine_tunes_the_initial_model():
+    ctx = make_ctx("logreg")
+    _, got = run("fedbabu", ctx, 1, {"finetune_epochs": 2})
+    _, want = run("local", make_ctx("logreg", epochs=2), 1)
+    chex.assert_trees_all_equal(got, want)
+
+
+def test_hyperparameters_are_checked_by_name():
+    with pytest.raises(ValueError, match=r"hparams\.fedrep\.head_epochs"):
+        make_hparams(get_algorithm("fedrep"), {"head_epochs": 0})
+    with pytest.raises(ValueError, match=r"hparams\.fedbabu\.finetune_epochs"):
+        make_hparams(get_algorithm("fedbabu"), {"finetune_epochs": -1})
+
+
+SPLITTING = ("fedper", "lgfedavg", "fedrep", "fedbabu")
+SMOKE = {
+    **TINY_RUN,
+    "model": "mlp",
+    "rounds": 2,
+    "hparams": {"fedrep": {"head_epochs": 1}, "fedbabu": {"finetune_epochs": 1}},
+}
+
+
+@pytest.mark.parametrize(
+    "name", ["fedper", *(pytest.param(n, marks=pytest.mark.slow) for n in SPLITTING[1:])]
+)
+def test_run_sweep_network_and_stale_lossy_links(name):
+    lossy = dict(link_model="bernoulli", link_failure=0.3, stale=True)
+    config = ExperimentConfig(**SMOKE, algorithms=(name,), mode="network", **lossy)
+    result = pfedwn_jax.run(config, progress=False)
+    assert np.all(np.isfinite(result.methods[name]["client_accuracy"]))
+    swept = pfedwn_jax.sweep(
+        ExperimentConfig(**SMOKE, algorithms=(name,)), seeds=[0, 1], progress=False
+    )
+    assert np.all(np.isfinite(swept.rows["target_accuracy"]))
+
+
+def test_a_model_without_a_split_is_refused_before_compiling():
+    from flax import nnx
+
+    from pfedwn_jax.models import register_model, unregister_model
+
+    class Plain(nnx.Module):
+        def __init__(self, input_shape, num_classes, *, rngs):
+            self.out = nnx.Linear(int(np.prod(input_shape)), num_classes, rngs=rngs)
+
+        def __call__(self, x):
+            return self.out(x.reshape(x.shape[0], -1).astype(jnp.float32))
+
+    register_model("plain-split-test", Plain)
+    try:
+        ctx = make_ctx().replace(model=get_model("plain-split-test", CLASSES, SHAPE))
+        for name in SPLITTING:
+            alg = get_algorithm(name)
+            with pytest.raises(ValueError, match=rf"'{name}'.*'plain-split-test'.*HEAD"):
+                alg.init(jax.random.PRNGKey(0), ctx, make_hparams(alg))
+    finally:
+        unregister_model("plain-split-test")
