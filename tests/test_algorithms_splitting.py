@@ -1,4 +1,4 @@
-"""The model-splitting methods (FedPer, LG-FedAvg, FedRep, FedBABU) against a plain
+"""The model-splitting methods (FedPer, LG-FedAvg, FedRep, FedBABU, FedRoD) against a plain
 per-client reference (full-batch gradient descent, a Python loop over clients), their limits
 (head = the whole model), and their runs in run/sweep, network mode and stale lossy links."""
 
@@ -170,7 +170,58 @@ def test_hyperparameters_are_checked_by_name():
         make_hparams(get_algorithm("fedbabu"), {"finetune_epochs": -1})
 
 
-SPLITTING = ("fedper", "lgfedavg", "fedrep", "fedbabu")
+def rod_reference(ctx, rounds):
+    """FedRoD per client: a full-batch step of the generic model on the balanced softmax and
+    of the personal head on CE(g + p), both at the pre-step parameters; then FedAvg."""
+    model = ctx.model
+    models, heads = init_list(ctx), [ctx.model.init(jax.random.PRNGKey(0))["out"]] * 4
+    counts = np.zeros((4, CLASSES))
+    for c in range(4):
+        np.add.at(counts[c], np.asarray(client_data(ctx, c)[1]), 1)
+    for _ in range(rounds):
+        for c in range(4):
+            x, y = client_data(ctx, c)
+            log_n = jnp.log(jnp.maximum(jnp.asarray(counts[c], jnp.float32), 1e-8))
+            bsm = lambda p: jnp.mean(per_sample_ce(model.apply(p, x) + log_n, y))
+            z = model.features(models[c], x)
+            g = model.classify(models[c], z)
+            ce = lambda h: jnp.mean(
+                per_sample_ce(g + model.classify({**models[c], "out": h}, z), y)
+            )
+            gm, gh = jax.grad(bsm)(models[c]), jax.grad(ce)(heads[c])
+            models[c] = jax.tree.map(lambda p, d: p - LR * d, models[c], gm)
+            heads[c] = jax.tree.map(lambda p, d: p - LR * d, heads[c], gh)
+        models = [group_mean(ctx, models, i, ALL) for i in range(4)]
+    return models, heads
+
+
+def test_fedrod_two_rounds_equal_the_per_client_reference():
+    ctx = make_ctx()
+    state, params = run("fedrod", ctx, 2)
+    models, heads = rod_reference(ctx, 2)
+    assert_close(state.clients.params["model"], models)
+    assert_close(state.clients.params["head"], heads)
+    summed = [{**m, "out": jax.tree.map(jnp.add, m["out"], h)} for m, h in zip(models, heads)]
+    assert_close(params, summed)
+    x = ctx.train.x[0, :5]  # the evaluated model's logits are the generic plus the personal
+    got = ctx.model.apply(jax.tree.map(lambda p: p[0], params), x)
+    z = ctx.model.features(models[0], x)
+    want = ctx.model.classify(models[0], z) + ctx.model.classify({**models[0], "out": heads[0]}, z)
+    np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-5)
+
+
+def test_fedrod_generic_model_is_fedavg_on_balanced_classes():
+    ctx = make_ctx()
+    y = jnp.broadcast_to(jnp.arange(40) % CLASSES, (4, 40)).astype(jnp.int32)
+    data = ctx.train._replace(y=y, mask=jnp.ones((4, 40), bool), count=jnp.full(4, 40))
+    ctx = ctx.replace(train=data, num_samples=jnp.full(4, 40.0))
+    state, _ = run("fedrod", ctx, 2)
+    _, fedavg = run("fedavg", ctx, 2)
+    for g, w in zip(jax.tree.leaves(state.clients.params["model"]), jax.tree.leaves(fedavg)):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-6)
+
+
+SPLITTING = ("fedper", "lgfedavg", "fedrep", "fedbabu", "fedrod")
 SMOKE = {
     **TINY_RUN,
     "model": "mlp",
