@@ -45,7 +45,7 @@ from pfedwn_jax.algorithms.common import (
 # the baselines, then the personalised methods.
 _BUILTIN = (
     *("local", "fedavg", "fedprox", "perfedavg", "fedamp", "pfedwn"),
-    *("splitting", "fedrod", "fedfomo"),
+    *("splitting", "fedrod", "fedfomo", "moon"),
 )
 
 for _module in _BUILTIN:
