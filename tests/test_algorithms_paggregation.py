@@ -87,7 +87,7 @@ def test_fedfomo_without_validation_data_is_local():
         make_hparams(get_algorithm("fedfomo"), {"val_fraction": 1.0})
 
 
-PAGG = ("fedfomo",)
+PAGG = ("fedfomo", "fedala")
 SMOKE = {**TINY_RUN, "rounds": 2}
 
 
@@ -103,3 +103,63 @@ def test_run_sweep_network_and_stale_lossy_links(name):
         ExperimentConfig(**SMOKE, algorithms=(name,)), seeds=[0, 1], progress=False
     )
     assert np.all(np.isfinite(swept.rows["target_accuracy"]))
+
+
+# --- FedALA ---------------------------------------------------------------------------------
+
+
+def ala_reference(ctx, own, glob, epochs, eta):
+    """ALA per client: element-wise weights on the head learned over in-order minibatches of
+    all the client's samples (rand_fraction 1), the body taken from the group model."""
+    out = []
+    for c in range(4):
+        x, y = client_data(ctx, c)
+        h, hg = own[c]["out"], glob[c]["out"]
+        w = jax.tree.map(jnp.ones_like, h)
+        mix = lambda w, h=h, hg=hg: jax.tree.map(lambda p, q, wt: p + (q - p) * wt, h, hg, w)
+        for _ in range(epochs):
+            for i in range(len(y) // ctx.batch_size):
+                xb, yb = (a[i * ctx.batch_size : (i + 1) * ctx.batch_size] for a in (x, y))
+                g = jax.grad(
+                    lambda hh, c=c, xb=xb, yb=yb: jnp.mean(
+                        per_sample_ce(ctx.model.apply({**glob[c], "out": hh}, xb), yb)
+                    )
+                )(mix(w))
+                w = jax.tree.map(
+                    lambda wt, gr, p, q: jnp.clip(wt - eta * gr * (q - p), 0, 1), w, g, h, hg
+                )
+        out.append({**glob[c], "out": mix(w)})
+    return out
+
+
+def test_fedala_weight_learning_equals_the_per_client_reference():
+    from pfedwn_jax.algorithms.fedala import learn_weights
+
+    ctx = make_ctx().replace(batch_size=8)
+    alg = get_algorithm("fedala")
+    hp = make_hparams(alg, {"rand_fraction": 1.0, "start_epochs": 2, "eta": 5.0})
+    keys = jax.random.split(jax.random.PRNGKey(3), 8)
+    own = jax.vmap(ctx.model.init)(keys[:4])
+    glob = jax.vmap(ctx.model.init)(keys[4:])
+    state = alg.init(jax.random.PRNGKey(0), ctx, hp)
+    fn = jax.jit(lambda o, g, w, s: learn_weights(ctx, o, g, w, s, jax.random.PRNGKey(1), hp))
+    slots = lambda t: [jax.tree.map(lambda p: p[i], t) for i in range(4)]
+    for started, epochs in ((False, 2), (True, 1)):
+        got, w, now = fn(own, glob, state.ala_weights, jnp.full(4, started))
+        assert_close(got, ala_reference(ctx, slots(own), slots(glob), epochs, 5.0))
+        assert np.all(np.asarray(now))
+    assert 0.01 < float(jnp.mean(w["out"]["kernel"])) < 0.99  # the weights really moved
+    same, _, now = fn(own, own, state.ala_weights, jnp.zeros(4, bool))  # nothing received
+    chex.assert_trees_all_equal(same, own)
+    assert not np.any(np.asarray(now))
+
+
+def test_fedala_with_eta_0_starts_each_round_from_the_group_average():
+    ctx = make_ctx()
+    state, _ = run("fedala", ctx, 2, {"eta": 0.0})
+    fedavg, _ = run("fedavg", ctx, 1)
+    local = get_algorithm("local")
+    hp = make_hparams(local)
+    want = local.round(fedavg, jax.random.PRNGKey(101), ctx, hp)[0]
+    for a, b in zip(jax.tree.leaves(state.clients.params), jax.tree.leaves(want.clients.params)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

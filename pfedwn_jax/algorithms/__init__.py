@@ -45,7 +45,7 @@ from pfedwn_jax.algorithms.common import (
 # the baselines, then the personalised methods.
 _BUILTIN = (
     *("local", "fedavg", "fedprox", "perfedavg", "fedamp", "pfedwn"),
-    *("splitting", "fedrod", "fedfomo", "moon"),
+    *("splitting", "fedrod", "fedfomo", "moon", "fedala"),
 )
 
 for _module in _BUILTIN:
