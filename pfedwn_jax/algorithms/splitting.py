@@ -21,7 +21,8 @@ failed link's last copy). Every round returns the locally trained models as ``se
   during federated training: train the body ``E`` epochs, ``body_s <- sum_j w_j body_j``.
   Each slot is evaluated with a copy of its model fine-tuned on its own data for
   ``finetune_epochs`` epochs (body and head, a fresh optimizer state), as the paper
-  evaluates personalised accuracy (default 5 epochs, the paper's fine-tuning budget).
+  evaluates personalised accuracy (default 5 epochs, the paper's; Flower's reproduction of
+  its CIFAR-10 setting uses 5 too).
 
 Departures: aggregation is within each slot's neighbor list (D2D), not a server's average
 over sampled clients. FedBABU fine-tunes after every round (the learning curve of the
@@ -117,7 +118,7 @@ class FedBABUHParams:
     Attributes:
       finetune_epochs: epochs of fine-tuning (whole model, own data) of the evaluated copy;
         0: evaluate the federated model itself. Static (a loop length). Default 5, Oh et
-        al. 2022's fine-tuning budget.
+        al. 2022's (and Flower's reproduction's).
     """
 
     finetune_epochs: int = static(5)
