@@ -31,18 +31,29 @@ def to_float(x: jax.Array) -> jax.Array:
 
 
 class LogReg(nnx.Module):
-    """Multinomial logistic regression on the flattened input (pixels or features)."""
+    """Multinomial logistic regression on the flattened input (pixels or features); its
+    representation is the flattened input itself, its head the one linear layer."""
+
+    HEAD = ("out",)
 
     def __init__(self, input_shape: tuple[int, ...], num_classes: int, *, rngs: nnx.Rngs):
         self.out = nnx.Linear(math.prod(input_shape), num_classes, rngs=rngs)
 
+    def features(self, x: jax.Array) -> jax.Array:
+        return to_float(x).reshape(x.shape[0], -1)
+
+    def classify(self, z: jax.Array) -> jax.Array:
+        return self.out(z)
+
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.out(to_float(x).reshape(x.shape[0], -1))
+        return self.classify(self.features(x))
 
 
 class MLP(nnx.Module):
     """Two hidden layers of 200 ReLU units (the FedAvg paper's 2NN: 784-200-200-classes) on
-    the flattened input."""
+    the flattened input. Representation: the second hidden layer; head: the output layer."""
+
+    HEAD = ("out",)
 
     def __init__(
         self,
@@ -56,11 +67,16 @@ class MLP(nnx.Module):
         self.fc2 = nnx.Linear(hidden, hidden, rngs=rngs)
         self.out = nnx.Linear(hidden, num_classes, rngs=rngs)
 
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def features(self, x: jax.Array) -> jax.Array:
         z = to_float(x).reshape(x.shape[0], -1)
         z = jax.nn.relu(self.fc1(z))
-        z = jax.nn.relu(self.fc2(z))
+        return jax.nn.relu(self.fc2(z))
+
+    def classify(self, z: jax.Array) -> jax.Array:
         return self.out(z)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.classify(self.features(x))
 
 
 def cnn_feature_size(input_shape: Shape3) -> tuple[int, int]:
@@ -75,8 +91,10 @@ class CNN(nnx.Module):
     """The PFL libraries' MNIST CNN: conv5x5(32)-ReLU-pool2-conv5x5(64)-ReLU-pool2-fc512-ReLU-fc.
 
     Convolutions are VALID (as PyTorch's `Conv2d(1, 32, 5)`): 28x28 -> 4x4x64 features, 32x32 ->
-    5x5x64.
+    5x5x64. Representation: the 512 fc1 units; head: the output layer.
     """
+
+    HEAD = ("out",)
 
     def __init__(
         self, input_shape: Shape3, num_classes: int, *, conv_impl: str = "im2col", rngs: nnx.Rngs
@@ -88,12 +106,17 @@ class CNN(nnx.Module):
         self.fc1 = nnx.Linear(fh * fw * 64, 512, rngs=rngs)
         self.out = nnx.Linear(512, num_classes, rngs=rngs)
 
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def features(self, x: jax.Array) -> jax.Array:
         z = to_float(x)
         z = max_pool(jax.nn.relu(self.conv1(z)))
         z = max_pool(jax.nn.relu(self.conv2(z)))
-        z = jax.nn.relu(self.fc1(z.reshape(z.shape[0], -1)))
+        return jax.nn.relu(self.fc1(z.reshape(z.shape[0], -1)))
+
+    def classify(self, z: jax.Array) -> jax.Array:
         return self.out(z)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.classify(self.features(x))
 
 
 def _group_norm(features: int, rngs: nnx.Rngs) -> nnx.GroupNorm:
@@ -139,7 +162,10 @@ class ResNet18(nnx.Module):
     average pooling and a linear classifier. GroupNorm (32 groups, fewer when a layer has fewer
     channels) keeps the model purely parametric: stacking N clients needs no per-client batch
     statistics, and FedAvg-style averaging of all parameters is well defined.
+    Representation: the pooled 512 features; head: the linear classifier.
     """
+
+    HEAD = ("out",)
 
     STAGES = (64, 128, 256, 512)
 
@@ -158,9 +184,15 @@ class ResNet18(nnx.Module):
                 cin = cout
         self.out = nnx.Linear(cin, num_classes, rngs=rngs)
 
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def features(self, x: jax.Array) -> jax.Array:
         z = jax.nn.relu(self.stem_norm(self.stem(to_float(x))))
         for i in range(len(self.STAGES)):
             for j in range(2):
                 z = getattr(self, f"layer{i + 1}_{j}")(z)
-        return self.out(z.mean(axis=(1, 2)))
+        return z.mean(axis=(1, 2))
+
+    def classify(self, z: jax.Array) -> jax.Array:
+        return self.out(z)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.classify(self.features(x))

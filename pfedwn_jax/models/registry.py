@@ -37,6 +37,13 @@ class Model(NamedTuple):
       input_shape: the shape of one input the model was built for: `(H, W, C)` or `(d,)`.
       num_classes: number of output logits.
       input_dtype: "uint8" (pixels, normalised inside) or "float32" (features).
+      head: the top-level parameter keys of the head (classifier); the rest is the body
+        (representation). Empty for a model that declares no split (see `models.split`).
+      features: `features(params, x) -> z [B, D]`, the representation (the body's output,
+        the head's input), or None.
+      classify: `classify(params, z) -> logits [B, num_classes]`, the head on a
+        representation (it reads the head's parameters only), or None.
+        `apply(params, x) == classify(params, features(params, x))`.
     """
 
     name: str
@@ -45,6 +52,9 @@ class Model(NamedTuple):
     input_shape: tuple[int, ...] = (28, 28, 1)
     num_classes: int = 10
     input_dtype: str = "uint8"
+    head: tuple[str, ...] = ()
+    features: Callable[[Params, jax.Array], jax.Array] | None = None
+    classify: Callable[[Params, jax.Array], jax.Array] | None = None
 
 
 INPUT_DTYPES = ("uint8", "float32")
@@ -232,16 +242,28 @@ def _build(
         return nnx.to_pure_dict(nnx.state(make(key)))
 
     x = jax.ShapeDtypeStruct((2, *input_shape), jnp.dtype(input_dtype))
-    graphdef = _check_abstract(name, make, x, num_classes)
+    graphdef, head = _check_abstract(name, make, x, num_classes)
 
     def apply(params: Params, x: jax.Array) -> jax.Array:
         return nnx.merge(graphdef, params)(x)
 
-    return Model(name, init, apply, input_shape, num_classes, input_dtype)
+    if not head:
+        return Model(name, init, apply, input_shape, num_classes, input_dtype)
+
+    def features(params: Params, x: jax.Array) -> jax.Array:
+        return nnx.merge(graphdef, params).features(x)
+
+    def classify(params: Params, z: jax.Array) -> jax.Array:
+        return nnx.merge(graphdef, params).classify(z)
+
+    return Model(name, init, apply, input_shape, num_classes, input_dtype, head, features, classify)
 
 
-def _check_abstract(name: str, make: Callable, x: jax.ShapeDtypeStruct, num_classes: int) -> Any:
-    """Build and run the module abstractly (no FLOPs, no compilation); return its graphdef.
+def _check_abstract(
+    name: str, make: Callable, x: jax.ShapeDtypeStruct, num_classes: int
+) -> tuple[Any, tuple[str, ...]]:
+    """Build and run the module abstractly (no FLOPs, no compilation); return its graphdef
+    and its declared head (`declared_head`; empty if it declares none).
 
     Raises `ValueError` naming the model unless it builds, holds parameters only and maps the
     batch `x [2, *input_shape]` to float logits `[2, num_classes]`.
@@ -253,6 +275,7 @@ def _check_abstract(name: str, make: Callable, x: jax.ShapeDtypeStruct, num_clas
         graphdef, state = nnx.split(module)
         params = nnx.to_pure_dict(state)
         out = jax.eval_shape(lambda p, x: nnx.merge(graphdef, p)(x), params, x)
+        head = declared_head(name, module, graphdef, params, x)
     except ValueError:
         raise
     except Exception as e:  # a user module's own error, reported at the API boundary
@@ -266,7 +289,46 @@ def _check_abstract(name: str, make: Callable, x: jax.ShapeDtypeStruct, num_clas
             f"model {name!r} must map inputs [B, *input_shape] to float logits "
             f"[B, num_classes={num_classes}]; for {inputs} it returned {shape} {dtype}"
         )
-    return graphdef
+    return graphdef, head
+
+
+SPLIT_HELP = (
+    "a model declares its split with a class attribute HEAD (a tuple of the attribute names "
+    "holding the head's parameters) and two methods: features(x) -> z [B, D] (the "
+    "representation) and classify(z) -> logits, with __call__(x) == classify(features(x))"
+)
+
+
+def declared_head(
+    name: str, module: nnx.Module, graphdef: Any, params: Params, x: Any
+) -> tuple[str, ...]:
+    """The head a module declares (`HEAD`, with `features` and `classify`), checked: its
+    names are top-level parameter keys and `classify(features(x))` gives logits; `()` when
+    it declares none. Raises `ValueError` naming the model for a malformed declaration."""
+    head = getattr(module, "HEAD", None)
+    if head is None:
+        return ()
+    keys = sorted(params) if isinstance(params, dict) else []
+    if (
+        not isinstance(head, tuple)
+        or not head
+        or any(not isinstance(h, str) or h not in keys for h in head)
+    ):
+        raise ValueError(
+            f"model {name!r}: HEAD must be a non-empty tuple of its parameter groups {keys}; "
+            f"got {head!r} ({SPLIT_HELP})"
+        )
+    if not all(callable(getattr(module, f, None)) for f in ("features", "classify")):
+        raise ValueError(
+            f"model {name!r} declares HEAD but not features and classify ({SPLIT_HELP})"
+        )
+
+    def composed(p: Params, x: jax.Array) -> jax.Array:
+        m = nnx.merge(graphdef, p)
+        return m.classify(m.features(x))
+
+    jax.eval_shape(composed, params, x)
+    return head
 
 
 NOT_PARAMETERS_HINT = (
