@@ -44,6 +44,8 @@ from pfedwn_jax.algorithms.common import (
 # i.e. the default order of `pfedwn run` and of its table (the paper's Table II rows):
 # the baselines, then the personalised methods.
 _BUILTIN = ("local", "fedavg", "fedprox", "perfedavg", "fedamp", "pfedwn")
+# The field's further methods (not run by default), after the paper's six.
+_BUILTIN += ("ditto",)
 
 for _module in _BUILTIN:
     importlib.import_module(f"pfedwn_jax.algorithms.{_module}")
