@@ -135,6 +135,19 @@ def rounds(name, ctx, n, overrides=None, seed=0):
     return alg, hp, state
 
 
+def trajectory(name, ctx, n, overrides=None, seed=0):
+    """The evaluated models ``[S, ...]`` after each of ``n`` rounds (one compiled round)."""
+    alg = get_algorithm(name)
+    hp = make_hparams(alg, overrides)
+    state = alg.init(jax.random.PRNGKey(seed), ctx, hp)
+    step = jax.jit(lambda st, key, c: alg.round(st, key, c, hp)[0])
+    out = []
+    for r in range(n):
+        state = step(state, jax.random.PRNGKey(100 + r), ctx)
+        out.append(alg.eval_params(state, ctx, hp))
+    return out
+
+
 def evaluated(name, ctx, n, overrides=None, seed=0):
     alg, hp, state = rounds(name, ctx, n, overrides, seed)
     return alg.eval_params(state, ctx, hp)
