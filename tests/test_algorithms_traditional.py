@@ -16,6 +16,7 @@ from algo_reference import (
     make_ctx,
     max_diff,
     rows,
+    sgd,
     smoke,
     steps,
     tmap,
@@ -93,3 +94,60 @@ def test_scaffold_runs_everywhere_and_needs_sgd():
         import optax
 
         alg.init(jax.random.PRNGKey(0), ctx.replace(optimizer=optax.adam(0.1)), make_hparams(alg))
+
+
+# ------------------------------------------------------------------- FedAvgM, FedAdam
+def server_opt_reference(ctx, n_rounds, kind, hp):
+    lr, tau, s = float(ctx.lr), steps(ctx), ctx.num_slots
+    x = [init_model(ctx)] * s
+    zero = tmap(np.zeros_like, x[0])
+    m, v = [zero] * s, [zero] * s
+    for t in range(1, n_rounds + 1):
+        y = [sgd(loss(ctx, i), x[i], lr, tau[i]) for i in range(s)]
+        for i in range(s):
+            g = tmap(np.subtract, x[i], _mean(ctx, y, i))
+            if kind == "fedavgm":
+                m[i] = tmap(lambda a, b: hp["momentum"] * a + b, m[i], g)
+                x[i] = tmap(lambda a, b: a - hp["server_lr"] * b, x[i], m[i])
+            else:
+                b1, b2 = hp["b1"], hp["b2"]
+                m[i] = tmap(lambda a, b: b1 * a + (1 - b1) * b, m[i], g)
+                v[i] = tmap(lambda a, b: b2 * a + (1 - b2) * b * b, v[i], g)
+                x[i] = tmap(
+                    lambda p, a, b: (
+                        p
+                        - hp["server_lr"]
+                        * (a / (1 - b1**t))
+                        / (np.sqrt(b / (1 - b2**t)) + hp["tau"])
+                    ),
+                    x[i],
+                    m[i],
+                    v[i],
+                )
+    return x
+
+
+@pytest.mark.parametrize(
+    "kind, hp, adjacency",
+    [
+        ("fedavgm", {"server_lr": 0.8, "momentum": 0.5}, NETWORK),
+        ("fedadam", {"server_lr": 0.05, "b1": 0.8, "b2": 0.9, "tau": 0.01}, None),
+    ],
+)
+def test_server_optimizers_match_a_per_client_loop(kind, hp, adjacency):
+    ctx = _ctx(adjacency)
+    got = evaluated(kind, ctx, 2, hp)
+    want = server_opt_reference(ctx, 2, kind, hp)
+    for i in range(ctx.num_slots):
+        assert_close(tmap(lambda a, i=i: a[i], got), want[i])
+
+
+def test_fedavgm_without_momentum_at_rate_1_is_fedavg():
+    ctx = make_ctx(COUNTS, repeat=False)
+    got = evaluated("fedavgm", ctx, 2, {"momentum": 0.0, "server_lr": 1.0})
+    assert_close(got, evaluated("fedavg", ctx, 2), 1e-5, 1e-6)
+
+
+def test_server_optimizers_run_everywhere():
+    smoke("fedavgm")
+    smoke("fedadam")
