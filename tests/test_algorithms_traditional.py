@@ -5,6 +5,7 @@ sweep / network mode / stale lossy links."""
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from algo_reference import (
@@ -26,6 +27,7 @@ from algo_reference import (
 )
 
 from pfedwn_jax.algorithms import get_algorithm, make_hparams
+from pfedwn_jax.algorithms.common import sq_norm_diff
 
 COUNTS = [4, 8, 12]  # batch 4: 1, 2 and 3 local steps
 
@@ -151,3 +153,80 @@ def test_fedavgm_without_momentum_at_rate_1_is_fedavg():
 def test_server_optimizers_run_everywhere():
     smoke("fedavgm")
     smoke("fedadam")
+
+
+# ----------------------------------------------------------------------------- FedDyn
+def feddyn_reference(ctx, n_rounds, alpha):
+    lr, tau, s = float(ctx.lr), steps(ctx), ctx.num_slots
+    theta = [init_model(ctx)] * s
+    zero = tmap(np.zeros_like, theta[0])
+    g, h = [zero] * s, [zero] * s
+    for _ in range(n_rounds):
+        trained = []
+        for i in range(s):
+            f, gi, anchor = loss(ctx, i), g[i], theta[i]
+
+            def objective(p, f=f, gi=gi, anchor=anchor):
+                inner = sum(jnp.sum(a * b) for a, b in zip(jax.tree.leaves(gi), jax.tree.leaves(p)))
+                return f(p) - inner + 0.5 * alpha * sq_norm_diff(p, anchor)
+
+            trained.append(sgd(objective, theta[i], lr, tau[i]))
+        g = [
+            tmap(lambda a, b, c: a - alpha * (b - c), g[i], trained[i], theta[i]) for i in range(s)
+        ]
+        means = [_mean(ctx, trained, i) for i in range(s)]
+        h = [tmap(lambda a, m, t: a - (m - t), h[i], means[i], theta[i]) for i in range(s)]
+        theta = [tmap(np.subtract, means[i], h[i]) for i in range(s)]
+    return theta
+
+
+@pytest.mark.parametrize("adjacency", [None, NETWORK])
+def test_feddyn_matches_a_per_client_loop(adjacency):
+    ctx = _ctx(adjacency, lr=0.1)
+    got = evaluated("feddyn", ctx, 2, {"alpha": 0.5})
+    want = feddyn_reference(ctx, 2, 0.5)
+    for i in range(ctx.num_slots):
+        assert_close(tmap(lambda a, i=i: a[i], got), want[i])
+
+
+# ---------------------------------------------------------------------------- FedNova
+def fednova_reference(ctx, n_rounds):
+    lr, tau, s = float(ctx.lr), steps(ctx), ctx.num_slots
+    x = [init_model(ctx)] * s
+    for _ in range(n_rounds):
+        d = [
+            tmap(lambda a, b, i=i: (a - b) / tau[i], x[i], sgd(loss(ctx, i), x[i], lr, tau[i]))
+            for i in range(s)
+        ]
+        new = []
+        for i in range(s):
+            p = weights(ctx, i)
+            tau_eff = sum(p[j] * tau[j] for j in rows(ctx)[i])
+            new.append(tmap(lambda a, b: a - tau_eff * b, x[i], _mean(ctx, d, i)))
+        x = new
+    return x
+
+
+@pytest.mark.parametrize("adjacency", [None, NETWORK])
+def test_fednova_matches_a_per_client_loop(adjacency):
+    ctx = _ctx(adjacency)
+    got = evaluated("fednova", ctx, 2)
+    want = fednova_reference(ctx, 2)
+    for i in range(ctx.num_slots):
+        assert_close(tmap(lambda a, i=i: a[i], got), want[i])
+    assert max_diff(got, evaluated("fedavg", ctx, 2)) > 1e-4  # unequal steps: not FedAvg
+
+
+def test_fednova_with_equal_steps_is_fedavg_and_momentum_norm():
+    ctx = make_ctx([8, 8, 8], repeat=False)
+    assert_close(evaluated("fednova", ctx, 2), evaluated("fedavg", ctx, 2), 1e-5, 1e-6)
+    from pfedwn_jax.algorithms.fednova import step_norm
+
+    rho, n = 0.9, 5  # ||a||_1 = sum_k (1 - rho^(n - k)) / (1 - rho), k = 0..n-1
+    want = sum((1 - rho ** (n - k)) / (1 - rho) for k in range(n))
+    np.testing.assert_allclose(step_norm(jnp.array([n]), rho), [want], rtol=1e-5)
+
+
+def test_feddyn_and_fednova_run_everywhere():
+    smoke("feddyn")
+    smoke("fednova")
