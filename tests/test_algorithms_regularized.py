@@ -3,6 +3,8 @@ at their limit cases, and through run / sweep / network mode / stale lossy links
 
 from __future__ import annotations
 
+import jax
+import numpy as np
 import pytest
 from algo_reference import (
     NETWORK,
@@ -12,6 +14,7 @@ from algo_reference import (
     loss,
     make_ctx,
     max_diff,
+    rounds,
     rows,
     sgd,
     smoke,
@@ -67,3 +70,53 @@ def test_ditto_runs_everywhere():
     smoke("ditto")
     with pytest.raises(ValueError, match=r"hparams\.ditto\.lam"):
         make_hparams(get_algorithm("ditto"), {"lam": -1.0})
+
+
+# ------------------------------------------------------------------------------- APFL
+def apfl_reference(ctx, n_rounds, alpha0, adaptive=True):
+    lr, tau, s = float(ctx.lr), steps(ctx), ctx.num_slots
+    w = [init_model(ctx)] * s
+    v = [init_model(ctx)] * s
+    alpha = [alpha0] * s
+    for _ in range(n_rounds):
+        trained = []
+        for i in range(s):
+            f, wi, vi, a = loss(ctx, i), w[i], v[i], alpha[i]
+            for _ in range(tau[i]):
+                vbar = tmap(lambda p, q, a=a: a * p + (1 - a) * q, vi, wi)
+                g = jax.grad(f)(vbar)
+                ga = sum(
+                    float(np.sum((p - q) * r))
+                    for p, q, r in zip(*map(jax.tree.leaves, (vi, wi, g)))
+                )
+                gw = jax.grad(f)(wi)
+                wi = tmap(lambda p, d: p - lr * d, wi, gw)
+                vi = tmap(lambda p, d, a=a: p - lr * a * d, vi, g)
+                a = float(np.clip(a - lr * ga, 0, 1)) if adaptive else a
+            trained.append(wi)
+            v[i], alpha[i] = vi, a
+        w = [wsum((weights(ctx, i)[j], trained[j]) for j in rows(ctx)[i]) for i in range(s)]
+    return [tmap(lambda p, q, a=alpha[i]: a * p + (1 - a) * q, v[i], w[i]) for i in range(s)], alpha
+
+
+@pytest.mark.parametrize("adjacency", [None, NETWORK])
+def test_apfl_matches_a_per_client_loop(adjacency):
+    ctx = make_ctx([*COUNTS, 4] if adjacency else COUNTS, adjacency, lr=0.5)
+    alg, hp, state = rounds("apfl", ctx, 2, {"alpha": 0.6})
+    want, alpha = apfl_reference(ctx, 2, 0.6)
+    got = alg.eval_params(state, ctx, hp)
+    np.testing.assert_allclose(alg.records(state, ctx, hp)["alpha"], alpha, rtol=1e-4, atol=1e-5)
+    for i in range(ctx.num_slots):
+        assert_close(tmap(lambda a, i=i: a[i], got), want[i])
+    assert np.ptp(alpha) > 1e-3  # the weights moved, each its own way
+
+
+def test_apfl_fixed_alpha_0_is_fedavg_and_1_is_local():
+    ctx = make_ctx(COUNTS, repeat=False)
+    fixed = lambda a: {"alpha": a, "adaptive": False}
+    assert_close(evaluated("apfl", ctx, 2, fixed(0.0)), evaluated("fedavg", ctx, 2), 1e-5, 1e-6)
+    assert_close(evaluated("apfl", ctx, 2, fixed(1.0)), evaluated("local", ctx, 2), 1e-5, 1e-6)
+
+
+def test_apfl_runs_everywhere():
+    smoke("apfl")

@@ -1,4 +1,4 @@
-"""Mixing pieces shared by the field's traditional methods (SCAFFOLD, FedDyn, FedNova, the
+"""Pieces shared by the field's further methods (SCAFFOLD, FedDyn, FedNova, the
 server optimizers): the group average of what the slots sent, and of side values (control
 variates) that travel only with a fresh model.
 
@@ -38,6 +38,13 @@ def fresh_average(values: Any, ctx: RoundContext) -> Any:
     of its list that arrived this round (itself included)."""
     weights = group_average_weights(ctx.neighbors, fresh_mask(ctx), ctx.num_samples)
     return mix_sparse(values, jnp.asarray(ctx.neighbors), weights, shards=ctx.shards)
+
+
+def check_sgd(ctx: RoundContext, name: str) -> None:
+    """Raise a ValueError unless the context trains with its own SGD (``lr``): a method whose
+    update rule needs the learning rate (SCAFFOLD's option II, APFL's clipped mixing weight)."""
+    if ctx.optimizer is not None or ctx.lr is None:
+        raise ValueError(f"{name} needs the context's SGD learning rate `lr`, not an optimizer")
 
 
 def _stale(ctx: RoundContext) -> bool:

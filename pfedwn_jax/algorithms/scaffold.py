@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 
 from pfedwn_jax._checks import check_float, set_fields
-from pfedwn_jax.algorithms._mixing import fresh_average, group_average
+from pfedwn_jax.algorithms._mixing import check_sgd, fresh_average, group_average
 from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register
 from pfedwn_jax.algorithms.common import eval_own, init_clients, local_update, train_loss_record
 from pfedwn_jax.engine import ClientState, default_loss
@@ -64,12 +64,6 @@ class ScaffoldState(NamedTuple):
     c_local: Any
     c_group: Any
     train_loss: jax.Array
-
-
-def check_sgd(ctx: RoundContext, name: str) -> None:
-    """Raise a ValueError unless the context trains with its own SGD (``lr``)."""
-    if ctx.optimizer is not None or ctx.lr is None:
-        raise ValueError(f"{name} needs the context's SGD learning rate `lr`, not an optimizer")
 
 
 def _init(key: jax.Array, ctx: RoundContext, hp: ScaffoldHParams) -> ScaffoldState:
