@@ -120,3 +120,39 @@ def test_apfl_fixed_alpha_0_is_fedavg_and_1_is_local():
 
 def test_apfl_runs_everywhere():
     smoke("apfl")
+
+
+# ------------------------------------------------------------------------------ pFedMe
+def pfedme_reference(ctx, n_rounds, lam, plr, beta, k):
+    lr, tau, s = float(ctx.lr), steps(ctx), ctx.num_slots
+    w = [init_model(ctx)] * s
+    theta = list(w)
+    for _ in range(n_rounds):
+        local = []
+        for i in range(s):
+            f, wi, t = loss(ctx, i), w[i], w[i]
+            for _ in range(tau[i]):
+                for _ in range(k):
+                    t = tmap(
+                        lambda a, g, c, wi=wi: a - plr * (g + lam * (a - c)), t, jax.grad(f)(t), wi
+                    )
+                wi = tmap(lambda a, b: a - lr * lam * (a - b), wi, t)
+            local.append(wi)
+            theta[i] = t
+        means = [wsum((weights(ctx, i)[j], local[j]) for j in rows(ctx)[i]) for i in range(s)]
+        w = [tmap(lambda a, m: (1 - beta) * a + beta * m, w[i], means[i]) for i in range(s)]
+    return theta
+
+
+@pytest.mark.parametrize("adjacency", [None, NETWORK])
+def test_pfedme_matches_a_per_client_loop(adjacency):
+    ctx = make_ctx([*COUNTS, 4] if adjacency else COUNTS, adjacency, lr=0.05)
+    hp = {"lam": 3.0, "personal_lr": 0.05, "beta": 1.5, "inner_steps": 3}
+    got = evaluated("pfedme", ctx, 2, hp)
+    want = pfedme_reference(ctx, 2, 3.0, 0.05, 1.5, 3)
+    for i in range(ctx.num_slots):
+        assert_close(tmap(lambda a, i=i: a[i], got), want[i])
+
+
+def test_pfedme_runs_everywhere():
+    smoke("pfedme")
