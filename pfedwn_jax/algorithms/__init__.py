@@ -45,7 +45,7 @@ from pfedwn_jax.algorithms.common import (
 # the baselines, then the personalised methods.
 _BUILTIN = ("local", "fedavg", "fedprox", "perfedavg", "fedamp", "pfedwn")
 # The field's further methods (not run by default), after the paper's six.
-_BUILTIN += ("ditto", "scaffold", "server_opt", "feddyn", "fednova", "apfl", "pfedme")
+_BUILTIN += ("ditto", "scaffold", "server_opt", "feddyn", "fednova", "apfl", "pfedme", "fedem")
 
 for _module in _BUILTIN:
     importlib.import_module(f"pfedwn_jax.algorithms.{_module}")

@@ -211,6 +211,10 @@ class Algorithm(NamedTuple):
     # Whether the method runs when a config names no algorithms (the paper's six and a user's
     # own registered methods do; the package's further methods are named explicitly).
     default: bool = True
+    # (state, ctx, hp) -> what a round sends, [S, ...], where its shapes differ from
+    # `eval_params`' (FedEM sends all its components): it sizes the stale-link cache.
+    # None: the round sends models shaped as `eval_params`.
+    sent_params: Callable[..., Any] | None = None
 
 
 # The built-in families, in the order docs/algorithms.md lists them.
