@@ -298,6 +298,19 @@ def _pfedwn(sz: _Sizes, hp: Any) -> list[_Phase]:
     return [*phases, em]
 
 
+def _fedem(sz: _Sizes, hp: Any) -> list[_Phase]:
+    """FedEM: the `S M` components are trained (a second copy of them and their optimizer
+    state beside the state's), cross-evaluated on their slot's training data first (the
+    E-step: `[S M, n]` losses, responsibilities and sample weights) and mixed."""
+    models = sz.slots * getattr(hp, "components", 1)
+    held = models * (sz.param + sz.opt)
+    train = _plus(_training(sz, models, sz.steps, "local training (components)"), held)
+    estep = _evaluation(sz, models, sz.m_train, "FedEM E-step")
+    estep = estep._replace(activations=estep.activations + 3 * 4 * models * sz.m_train)
+    mixing = _plus(_mixing(sz._replace(param=sz.param * models // sz.slots)), held)
+    return [train, estep, mixing, _evaluation(sz, sz.slots, sz.m_test, "evaluation")]
+
+
 def _motion(ctx: RoundContext) -> list[_Phase]:
     """Mobility over candidate lists (`links.SparseMotion`): the grid queries' gathered cells
     (index, mask, distance, offsets: about 17 bytes an entry) and one chunk of the P_err map
@@ -319,6 +332,7 @@ _PHASES: dict[str, Callable[[_Sizes, Any], list[_Phase]]] = {
     "fedamp": _fedamp,
     "perfedavg": _perfedavg,
     "pfedwn": _pfedwn,
+    "fedem": _fedem,
 }
 
 
