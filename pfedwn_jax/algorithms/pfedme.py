@@ -54,11 +54,11 @@ class PFedMeHParams:
 
     def __post_init__(self) -> None:
         p = "hparams.pfedme."
-        pos = dict(low=0.0, low_inclusive=False)
+        pos = lambda f, v: check_float(p + f, v, 0.0, low_inclusive=False)
         set_fields(
             self,
-            lam=check_float(p + "lam", self.lam, **pos),
-            personal_lr=check_float(p + "personal_lr", self.personal_lr, **pos),
+            lam=pos("lam", self.lam),
+            personal_lr=pos("personal_lr", self.personal_lr),
             beta=check_float(p + "beta", self.beta, 0.0, 2.0, low_inclusive=False),
             inner_steps=check_int(p + "inner_steps", self.inner_steps, 1),
         )

@@ -79,14 +79,14 @@ class FedAdamHParams:
 
     def __post_init__(self) -> None:
         p = "hparams.fedadam."
-        pos = dict(low=0.0, low_inclusive=False)
-        unit = dict(low=0.0, high=1.0, high_inclusive=False)
+        pos = lambda f, v: check_float(p + f, v, 0.0, low_inclusive=False)
+        unit = lambda f, v: check_float(p + f, v, 0.0, 1.0, high_inclusive=False)
         set_fields(
             self,
-            server_lr=check_float(p + "server_lr", self.server_lr, **pos),
-            b1=check_float(p + "b1", self.b1, **unit),
-            b2=check_float(p + "b2", self.b2, **unit),
-            tau=check_float(p + "tau", self.tau, **pos),
+            server_lr=pos("server_lr", self.server_lr),
+            b1=unit("b1", self.b1),
+            b2=unit("b2", self.b2),
+            tau=pos("tau", self.tau),
         )
 
 
