@@ -14,6 +14,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from helpers import TINY_RUN
 
 import pfedwn_jax
@@ -25,6 +26,9 @@ from pfedwn_jax.models import get_model
 SHAPE = (3, 3, 1)
 CLASSES = 3
 NETWORK = [[1, 1, 0, 1], [0, 1, 1, 0], [1, 1, 1, 0], [0, 0, 1, 1]]  # directed rows
+# The single-target group (everyone receives everyone): its reference runs in the slow tier
+# (the limit tests cover that mode in the quick one).
+SINGLE = pytest.param(None, marks=pytest.mark.slow, id="single")
 
 
 def make_data(counts, *, repeat=True, seed=0) -> ClientData:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from algo_reference import (
     NETWORK,
+    SINGLE,
     assert_close,
     evaluated,
     init_model,
@@ -69,7 +70,7 @@ def scaffold_reference(ctx, n_rounds, server_lr=1.0):
     return x
 
 
-@pytest.mark.parametrize("adjacency", [None, NETWORK])
+@pytest.mark.parametrize("adjacency", [SINGLE, NETWORK])
 def test_scaffold_matches_a_per_client_loop(adjacency):
     ctx = _ctx(adjacency)
     got = evaluated("scaffold", ctx, 2, {"server_lr": 0.7})
@@ -180,7 +181,7 @@ def feddyn_reference(ctx, n_rounds, alpha):
     return theta
 
 
-@pytest.mark.parametrize("adjacency", [None, NETWORK])
+@pytest.mark.parametrize("adjacency", [SINGLE, NETWORK])
 def test_feddyn_matches_a_per_client_loop(adjacency):
     ctx = _ctx(adjacency, lr=0.1)
     got = evaluated("feddyn", ctx, 2, {"alpha": 0.5})
@@ -207,7 +208,7 @@ def fednova_reference(ctx, n_rounds):
     return x
 
 
-@pytest.mark.parametrize("adjacency", [None, NETWORK])
+@pytest.mark.parametrize("adjacency", [SINGLE, NETWORK])
 def test_fednova_matches_a_per_client_loop(adjacency):
     ctx = _ctx(adjacency)
     got = evaluated("fednova", ctx, 2)
