@@ -231,3 +231,23 @@ def test_fednova_with_equal_steps_is_fedavg_and_momentum_norm():
 def test_feddyn_and_fednova_run_everywhere():
     smoke("feddyn")
     smoke("fednova")
+
+
+FIELD = ("ditto", "scaffold", "fedavgm", "fedadam", "feddyn", "fednova", "apfl", "pfedme", "fedem")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", FIELD)
+def test_a_thousand_nodes_in_network_mode(name):
+    """1,000 slots, up to 6 neighbors each: a round runs, finite, and nothing is `[S, S]`."""
+    from test_sparse_neighbors import random_network_ctx
+
+    s = 1000
+    ctx = random_network_ctx(s, 6)
+    alg = get_algorithm(name)
+    hp = make_hparams(alg, {"components": 2} if name == "fedem" else None)
+    step = jax.jit(lambda st, k, c: alg.round(st, k, c, hp)[0])
+    state = step(alg.init(jax.random.PRNGKey(0), ctx, hp), jax.random.PRNGKey(1), ctx)
+    leaves = jax.tree.leaves((state, alg.eval_params(state, ctx, hp)))
+    assert all(np.all(np.isfinite(np.asarray(a))) for a in leaves)
+    assert all(s * s not in np.shape(a) and np.size(a) < s * s for a in leaves)
