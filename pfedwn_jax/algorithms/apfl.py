@@ -18,7 +18,9 @@ Departures: the authors' code (FedTorch, copied by PFLlib ``clientapfl.py``) add
 ``0.02 alpha`` to ``alpha``'s gradient, and PFLlib trains ``v`` on its own loss rather than
 the mixture's; the paper's rule is followed here. ``alpha``'s step uses the local learning
 rate (as the authors' code) and is clipped after every step; it needs the context's SGD
-``lr`` (with momentum, the momentum applies to the three parts alike).
+``lr`` (with momentum, the momentum applies to the three parts alike). Once ``alpha``
+reaches 0, ``v`` gets no gradient and the slot is FedAvg's (seen on small MNIST runs within
+the first round; ``docs/algorithms.md``).
 """
 
 from __future__ import annotations
