@@ -43,10 +43,10 @@ from pfedwn_jax.algorithms.common import (
 # Algorithm modules register themselves on import; this order is the registration order,
 # i.e. the default order of `pfedwn run` and of its table (the paper's Table II rows):
 # the baselines, then the personalised methods.
-_BUILTIN = (
-    *("local", "fedavg", "fedprox", "perfedavg", "fedamp", "pfedwn"),
-    *("splitting", "fedrod", "fedfomo", "moon", "fedala"),
-)
+_BUILTIN: tuple[str, ...] = ("local", "fedavg", "fedprox", "perfedavg", "fedamp", "pfedwn")
+# The field's further methods (not run by default), after the paper's six.
+_BUILTIN += ("ditto", "scaffold", "server_opt", "feddyn", "fednova", "apfl", "pfedme", "fedem")
+_BUILTIN += ("splitting", "fedrod", "fedfomo", "moon", "fedala")
 
 for _module in _BUILTIN:
     importlib.import_module(f"pfedwn_jax.algorithms.{_module}")

@@ -29,7 +29,8 @@ the neighbor lists and ``is_target``.
   the round produced for others: the models ``[S, ...]`` the slots sent their neighbors (the
   ``params`` given to ``neighbor_models``), or None when nothing is sent (Local). The runner
   keeps a failed link's last delivered copy from it (``stale`` links); nothing leaves a
-  round any other way.
+  round any other way. Where ``sent`` is not shaped as ``eval_params`` (FedEM sends all its
+  components), ``Algorithm.sent_params(state, ctx, hp)`` returns something of its shapes.
 - ``eval_params(state, ctx, hp) -> params [S, ...]``: the personalised model each slot is
   evaluated with on its own data client's test split (after every round).
 - ``records(state, ctx, hp) -> dict[str, array]`` or ``None``: extra per-round values (e.g.
@@ -213,6 +214,10 @@ class Algorithm(NamedTuple):
     # Whether the method runs when a config names no algorithms (the paper's six and a user's
     # own registered methods do; the package's further methods are named explicitly).
     default: bool = True
+    # (state, ctx, hp) -> what a round sends, [S, ...], where its shapes differ from
+    # `eval_params`' (FedEM sends all its components): it sizes the stale-link cache.
+    # None: the round sends models shaped as `eval_params`.
+    sent_params: Callable[..., Any] | None = None
 
 
 # The built-in families, in the order docs/algorithms.md lists them.

@@ -60,7 +60,8 @@ def init_state(alg: Algorithm, hp: Any, key: jax.Array, ctx: RoundContext) -> Ru
     state = alg.init(key, ctx, hp)
     if not needs_track(ctx.links):
         return RunState(state)
-    params = jax.eval_shape(lambda s: alg.eval_params(s, ctx, hp), state)  # [S, ...]
+    sent = alg.eval_params if alg.sent_params is None else alg.sent_params
+    params = jax.eval_shape(lambda s: sent(s, ctx, hp), state)  # [S, ...] what a round sends
     return RunState(state, init_track(key, ctx, params))
 
 
