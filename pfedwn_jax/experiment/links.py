@@ -118,6 +118,8 @@ class Links(flax.struct.PyTreeNode):
       source: inside a round with `stale`: `[S, K]` int32 index of each listed link's model
         in `concat(params, cache)` (the fresh one if it arrived, else its stale copy).
       reselected: inside a round with `motion`: `[]` bool, the lists changed this round.
+      listed: inside a round: `[S, K]` bool, the lists' mask before the draw (the links
+        that were to deliver; the context's `neighbor_mask` holds those that did).
     """
 
     perr: jax.Array
@@ -132,6 +134,7 @@ class Links(flax.struct.PyTreeNode):
     cache: Any = None
     source: Any = None
     reselected: Any = None
+    listed: Any = None
 
 
 def slot_perr(fed: Federation, config: ExperimentConfig) -> np.ndarray:
@@ -334,6 +337,7 @@ def begin_round(ctx: Any, track: LinkTrack | None, key: jax.Array) -> tuple[Any,
     rate = 1.0 - (received & real).sum() / jnp.maximum(real.sum(), 1)
     records = {**records, "link_received": received, "link_failure_rate": rate.astype(jnp.float32)}
     mask = ctx.neighbor_mask & received
+    links = links.replace(listed=ctx.neighbor_mask)
     drawn = Drawn(received, *drawn_lists)
     if links.stale:
         assert track is not None  # the runner keeps a track whenever links are stale
