@@ -1,0 +1,237 @@
+"""Decentralized methods against plain per-node loops written from their papers, their limit
+cases, and one smoke run each through run / sweep, network mode and stale lossy links."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import chex
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from helpers import TINY_RUN
+
+import pfedwn_jax
+from pfedwn_jax.algorithms import RoundContext, get_algorithm, make_hparams, neighbor_lists
+from pfedwn_jax.data.client_data import ClientData
+from pfedwn_jax.experiment import ExperimentConfig
+from pfedwn_jax.models import get_model
+
+SHAPE = (3, 3, 1)
+CLASSES = 3
+COUNTS = [6, 9, 4, 7, 5]
+# row i: whom i hears (directed: 2 hears 1, 1 does not hear 2; 4 hears 3 and 0 only)
+ADJ = np.array(
+    [
+        [1, 1, 0, 0, 1],
+        [1, 1, 0, 0, 0],
+        [0, 1, 1, 1, 0],
+        [0, 0, 1, 1, 0],
+        [1, 0, 0, 1, 1],
+    ],
+    bool,
+)
+GOSSIP = ("dpsgd",)
+
+
+class FakeLinks(flax.struct.PyTreeNode):
+    """What a round's `ctx.links` tells the algorithms: the listed mask before the draw."""
+
+    listed: Any
+    cache: Any = None
+    source: Any = None
+
+
+def make_data(counts, seed=0) -> ClientData:
+    rng = np.random.default_rng(seed)
+    n, m = len(counts), max(counts)
+    x = rng.integers(0, 256, size=(n, m, *SHAPE), dtype=np.uint8)
+    y = rng.integers(0, CLASSES, size=(n, m)).astype(np.int32)
+    mask = np.arange(m)[None, :] < np.asarray(counts)[:, None]
+    x = np.where(mask[:, :, None, None, None], x, 0).astype(np.uint8)
+    return ClientData(
+        jnp.asarray(x), jnp.asarray(np.where(mask, y, 0)), jnp.asarray(mask), jnp.asarray(counts)
+    )
+
+
+def make_ctx(adjacency=ADJ, counts=COUNTS, *, lr=0.3, epochs=2, optimizer=None) -> RoundContext:
+    s = len(counts)
+    nbr, mask = neighbor_lists(np.asarray(adjacency, bool))
+    return RoundContext(
+        model=get_model("logreg", CLASSES, SHAPE),
+        optimizer=optax.sgd(lr) if optimizer is None else optimizer,
+        train=make_data(counts),
+        data_client=jnp.arange(s, dtype=jnp.int32),
+        neighbors=jnp.asarray(nbr),
+        neighbor_mask=jnp.asarray(mask),
+        is_target=jnp.ones(s, bool),
+        num_samples=jnp.asarray(counts, jnp.float32),
+        batch_size=max(counts),  # one full batch per epoch: SGD is plain GD
+        local_epochs=epochs,
+    )
+
+
+def lossy(ctx: RoundContext, seed: int = 0, p: float = 0.5) -> RoundContext:
+    """The context of a round where each listed link delivered with probability `p`."""
+    rng = np.random.default_rng(seed)
+    got = np.asarray(ctx.neighbor_mask) & (rng.random(ctx.neighbor_mask.shape) < p)
+    got[:, 0] = True
+    return ctx.replace(neighbor_mask=jnp.asarray(got), links=FakeLinks(ctx.neighbor_mask))
+
+
+def rounds(name, ctx, n, hp=None, seed=0, state=None, ctxs=None):
+    """`n` jitted rounds of `name` (round r with `ctxs[r]` if given); (state, eval params)."""
+    alg = get_algorithm(name)
+    hp = make_hparams(alg, hp)
+    step = jax.jit(lambda st, key, c: alg.round(st, key, c, hp)[0])
+    state = alg.init(jax.random.PRNGKey(seed), ctx, hp) if state is None else state
+    for r in range(n):
+        state = step(state, jax.random.PRNGKey(100 + r), ctx if ctxs is None else ctxs[r])
+    return state, alg.eval_params(state, ctx, hp)
+
+
+# ----------------------------------------------------------------------- plain references
+def node_data(ctx, i):
+    c = int(ctx.train.count[i])
+    return ctx.train.x[i, :c], ctx.train.y[i, :c]
+
+
+def ce(model, w, x, y):
+    logp = jax.nn.log_softmax(model.apply(w, x))
+    return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
+
+
+def gd(ctx, w, i, steps, lr, momentum=0.0):
+    """`steps` full-batch (heavy-ball) gradient steps of node i from `w`, a plain loop."""
+    x, y = node_data(ctx, i)
+    prev = w
+    for _ in range(steps):
+        g = jax.grad(lambda p: ce(ctx.model, p, x, y))(w)
+        new = jax.tree.map(lambda a, d, b: a - lr * d + momentum * (a - b), w, g, prev)
+        prev, w = w, new
+    return w
+
+
+def mh_matrix(listed: np.ndarray, delivered: np.ndarray) -> np.ndarray:
+    """Metropolis-Hastings weights of the symmetrized listed graph, each row restricted to
+    the delivered links and renormalised (dense, as written in Xiao and Boyd 2004)."""
+    n = len(listed)
+    sym = (listed | listed.T) & ~np.eye(n, dtype=bool)
+    deg = sym.sum(1)
+    w = np.where(sym, 1.0 / (1 + np.maximum(deg[:, None], deg[None, :])), 0.0)
+    w[np.arange(n), np.arange(n)] = 1 - w.sum(1)
+    w = np.where(delivered | np.eye(n, dtype=bool), w, 0.0)
+    return w / w.sum(1, keepdims=True)
+
+
+def dense(ctx, mask=None) -> np.ndarray:
+    nbr = np.asarray(ctx.neighbors)
+    mask = np.asarray(ctx.neighbor_mask if mask is None else mask)
+    out = np.zeros((len(nbr), len(nbr)), bool)
+    rows = np.repeat(np.arange(len(nbr))[:, None], nbr.shape[1], 1)
+    out[rows[mask], nbr[mask]] = True
+    return out
+
+
+def stack(ws):
+    return jax.tree.map(lambda *a: jnp.stack(a), *ws)
+
+
+def node(params, i):
+    return jax.tree.map(lambda a: a[i], params)
+
+
+def mixed(w: np.ndarray, models: list) -> list:
+    return [
+        jax.tree.map(lambda *a: sum(w[i, j] * a[j] for j in range(len(a))), *models)
+        for i in range(len(models))
+    ]
+
+
+def assert_close(a, b, tol=2e-5):
+    chex.assert_trees_all_close(a, b, rtol=tol, atol=tol)
+
+
+# ----------------------------------------------------------------------- D-PSGD
+@pytest.mark.parametrize("lost", [False, True])
+def test_dpsgd_two_rounds_match_a_per_node_loop(lost):
+    ctx = make_ctx()
+    ctxs = [lossy(ctx, seed=r) if lost else ctx for r in range(2)]
+    state, got = rounds("dpsgd", ctx, 2, ctxs=ctxs)
+    alg = get_algorithm("dpsgd")
+    w = [node(alg.init(jax.random.PRNGKey(0), ctx, None).clients.params, i) for i in range(5)]
+    for c in ctxs:
+        trained = [gd(ctx, w[i], i, 2, 0.3) for i in range(5)]
+        w = mixed(mh_matrix(ADJ, dense(ctx, c.neighbor_mask)), trained)
+    assert_close(got, stack(w))
+
+
+def test_dpsgd_limits_complete_graph_is_fedavg_and_no_link_is_local():
+    full = make_ctx(np.ones((5, 5), bool), [6] * 5)  # MH on a complete graph: uniform 1/5
+    assert_close(rounds("dpsgd", full, 2)[1], rounds("fedavg", full, 2)[1], 1e-6)
+    ctx = make_ctx()
+    alone = ctx.replace(
+        neighbor_mask=ctx.neighbor_mask.at[:, 1:].set(False), links=FakeLinks(ctx.neighbor_mask)
+    )
+    local = rounds("local", ctx, 2)[1]
+    chex.assert_trees_all_equal(rounds("dpsgd", ctx, 2, ctxs=[alone] * 2)[1], local)
+
+
+def ring(n):
+    adj = np.eye(n, dtype=bool)
+    for i in range(n):
+        adj[i, (i + 1) % n] = adj[i, (i - 1) % n] = True
+    return adj
+
+
+@pytest.mark.parametrize("name", GOSSIP)
+def test_without_training_consensus_distance_on_a_ring_falls_by_lambda_2_squared(name):
+    n = 6
+    ctx = make_ctx(ring(n), [6] * n, optimizer=optax.sgd(0.0))  # training changes nothing
+    w = mh_matrix(ring(n), ring(n))
+    vals, vecs = np.linalg.eigh(w)
+    order = np.argsort(-np.abs(vals))
+    lam2, v2 = vals[order[1]], vecs[:, order[1]]
+    alg = get_algorithm(name)
+    hp = make_hparams(alg)
+    state = alg.init(jax.random.PRNGKey(0), ctx, hp)
+    base = node(alg.eval_params(state, ctx, hp), 0)
+    start = jax.tree.map(lambda a: jnp.asarray(np.multiply.outer(v2, np.asarray(a))), base)
+    state = set_models(name, state, start)
+    dist, gap = [], []
+    records = jax.jit(lambda st, c: alg.records(st, c, hp))
+    for _ in range(4):
+        rec = records(state, ctx)
+        dist.append(float(rec["consensus_distance"]))
+        gap.append(float(rec["spectral_gap"]))
+        state, _ = rounds(name, ctx, 1, state=state)
+    np.testing.assert_allclose(np.array(dist[1:]) / dist[:-1], lam2**2, rtol=1e-4)
+    np.testing.assert_allclose(gap, 1 - abs(lam2), rtol=1e-5)
+
+
+def set_models(name, state, params):
+    """The state of `name` with every slot's model replaced (its own layout)."""
+    return state._replace(clients=state.clients._replace(params=params))
+
+
+# ----------------------------------------------------------------------- smoke
+def test_every_decentralized_method_runs_networked_lossy_stale_and_in_a_sweep():
+    config = ExperimentConfig(
+        **{**TINY_RUN, "rounds": 2},
+        algorithms=GOSSIP,
+        mode="network",
+        link_model="bernoulli",
+        link_failure=0.3,
+        stale=True,
+    )
+    res = pfedwn_jax.run(config, progress=False)
+    for name in GOSSIP:
+        rec = res.methods[name]["records"]
+        assert np.isfinite(res.methods[name]["target_accuracy"]).all()
+        assert len(rec["consensus_distance"]) == 2 and np.isfinite(rec["consensus_distance"]).all()
+    single = ExperimentConfig(**{**TINY_RUN, "rounds": 2}, algorithms=GOSSIP)
+    swept = pfedwn_jax.sweep(single, seeds=[0, 1], block=2, progress=False)
+    assert len(swept) > 0 and np.isfinite(swept.rows["target_accuracy"]).all()
