@@ -34,7 +34,7 @@ ADJ = np.array(
     ],
     bool,
 )
-GOSSIP = ("dpsgd",)
+GOSSIP = ("dpsgd", "pushsum")
 
 
 class FakeLinks(flax.struct.PyTreeNode):
@@ -160,7 +160,7 @@ def assert_close(a, b, tol=2e-5):
 def test_dpsgd_two_rounds_match_a_per_node_loop(lost):
     ctx = make_ctx()
     ctxs = [lossy(ctx, seed=r) if lost else ctx for r in range(2)]
-    state, got = rounds("dpsgd", ctx, 2, ctxs=ctxs)
+    _, got = rounds("dpsgd", ctx, 2, ctxs=ctxs)
     alg = get_algorithm("dpsgd")
     w = [node(alg.init(jax.random.PRNGKey(0), ctx, None).clients.params, i) for i in range(5)]
     for c in ctxs:
@@ -178,6 +178,51 @@ def test_dpsgd_limits_complete_graph_is_fedavg_and_no_link_is_local():
     )
     local = rounds("local", ctx, 2)[1]
     chex.assert_trees_all_equal(rounds("dpsgd", ctx, 2, ctxs=[alone] * 2)[1], local)
+
+
+# ----------------------------------------------------------------------- push-sum
+@pytest.mark.parametrize("lost", [False, True])
+def test_pushsum_two_rounds_match_a_per_node_loop(lost):
+    ctx = make_ctx()
+    ctxs = [lossy(ctx, seed=r) if lost else ctx for r in range(2)]
+    state, got = rounds("pushsum", ctx, 2, ctxs=ctxs)
+    alg = get_algorithm("pushsum")
+    z = [node(alg.init(jax.random.PRNGKey(0), ctx, None).clients.params, i) for i in range(5)]
+    w = np.ones(5)
+    listeners = (ADJ & ~np.eye(5, dtype=bool)).sum(0)  # j is heard by listeners[j] nodes
+    for c in ctxs:
+        got_link = dense(ctx, c.neighbor_mask)  # got_link[i, j]: j's packet reached i
+        x = [jax.tree.map(lambda a, wj=w[j]: wj * a, gd(ctx, z[j], j, 2, 0.3)) for j in range(5)]
+        new_x, new_w = [], np.zeros(5)
+        for i in range(5):
+            senders = [j for j in range(5) if i == j or got_link[i, j]]
+            share = {j: 1.0 / (1 + listeners[j]) for j in senders}
+            new_x.append(jax.tree.map(lambda *a: sum(share[j] * a[j] for j in senders), *x))
+            new_w[i] = sum(share[j] * w[j] for j in senders)
+        z = [jax.tree.map(lambda a, wi=new_w[i]: a / wi, new_x[i]) for i in range(5)]
+        w = new_w
+    assert_close(got, stack(z))
+    np.testing.assert_allclose(state.weight, w / w.mean(), rtol=1e-5)
+    if lost:
+        assert w.sum() < 5 - 1e-3  # mass was lost with the packets
+    else:
+        np.testing.assert_allclose(w.sum(), 5, rtol=1e-6)  # column-stochastic: kept
+
+
+@pytest.mark.parametrize("adj", [np.ones((5, 5), bool), "ring"])
+def test_pushsum_on_a_regular_symmetric_graph_matches_dpsgd(adj):
+    adj = ring(5) if isinstance(adj, str) else adj
+    ctx = make_ctx(adj)
+    assert_close(rounds("pushsum", ctx, 2)[1], rounds("dpsgd", ctx, 2)[1], 1e-6)
+
+
+def test_pushsum_node_without_links_keeps_its_model():
+    ctx = make_ctx()
+    alone = ctx.replace(
+        neighbor_mask=ctx.neighbor_mask.at[:, 1:].set(False), links=FakeLinks(ctx.neighbor_mask)
+    )
+    got = rounds("pushsum", ctx, 2, ctxs=[alone] * 2)[1]
+    chex.assert_trees_all_close(got, rounds("local", ctx, 2)[1], rtol=1e-6, atol=1e-7)
 
 
 def ring(n):

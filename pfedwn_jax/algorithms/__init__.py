@@ -43,7 +43,7 @@ from pfedwn_jax.algorithms.common import (
 # Algorithm modules register themselves on import; this order is the registration order,
 # i.e. the default order of `pfedwn run` and of its table (the paper's Table II rows):
 # the baselines, then the personalised methods.
-_BUILTIN = ("local", "fedavg", "fedprox", "perfedavg", "fedamp", "pfedwn", "dpsgd")
+_BUILTIN = ("local", "fedavg", "fedprox", "perfedavg", "fedamp", "pfedwn", "dpsgd", "pushsum")
 
 for _module in _BUILTIN:
     importlib.import_module(f"pfedwn_jax.algorithms.{_module}")
