@@ -34,7 +34,7 @@ ADJ = np.array(
     ],
     bool,
 )
-GOSSIP = ("dpsgd", "pushsum")
+GOSSIP = ("dpsgd", "pushsum", "dfedavgm")
 
 
 class FakeLinks(flax.struct.PyTreeNode):
@@ -57,12 +57,19 @@ def make_data(counts, seed=0) -> ClientData:
     )
 
 
-def make_ctx(adjacency=ADJ, counts=COUNTS, *, lr=0.3, epochs=2, optimizer=None) -> RoundContext:
+def make_ctx(
+    adjacency=ADJ, counts=COUNTS, *, lr=0.3, epochs=2, optimizer=None, leaves=False
+) -> RoundContext:
+    """The context; `leaves`: SGD from the `lr` leaf (as the runner builds it) instead of an
+    `optimizer` object."""
     s = len(counts)
     nbr, mask = neighbor_lists(np.asarray(adjacency, bool))
+    if optimizer is None and not leaves:
+        optimizer = optax.sgd(lr)
     return RoundContext(
         model=get_model("logreg", CLASSES, SHAPE),
-        optimizer=optax.sgd(lr) if optimizer is None else optimizer,
+        optimizer=optimizer,
+        lr=jnp.float32(lr),
         train=make_data(counts),
         data_client=jnp.arange(s, dtype=jnp.int32),
         neighbors=jnp.asarray(nbr),
@@ -223,6 +230,28 @@ def test_pushsum_node_without_links_keeps_its_model():
     )
     got = rounds("pushsum", ctx, 2, ctxs=[alone] * 2)[1]
     chex.assert_trees_all_close(got, rounds("local", ctx, 2)[1], rtol=1e-6, atol=1e-7)
+
+
+# ----------------------------------------------------------------------- DFedAvgM
+@pytest.mark.parametrize("lost", [False, True])
+def test_dfedavgm_two_rounds_match_a_heavy_ball_loop(lost):
+    ctx = make_ctx(leaves=True, epochs=3)
+    ctxs = [lossy(ctx, seed=r) if lost else ctx for r in range(2)]
+    _, got = rounds("dfedavgm", ctx, 2, {"momentum": 0.8}, ctxs=ctxs)
+    alg = get_algorithm("dfedavgm")
+    w = [node(alg.init(jax.random.PRNGKey(0), ctx, None).clients.params, i) for i in range(5)]
+    for c in ctxs:  # the momentum restarts each round
+        trained = [gd(ctx, w[i], i, 3, 0.3, momentum=0.8) for i in range(5)]
+        w = mixed(mh_matrix(ADJ, dense(ctx, c.neighbor_mask)), trained)
+    assert_close(got, stack(w), 5e-5)
+
+
+def test_dfedavgm_without_momentum_is_dpsgd():
+    ctx = make_ctx(leaves=True)
+    want = rounds("dpsgd", ctx, 2)[1]
+    assert_close(rounds("dfedavgm", ctx, 2, {"momentum": 0.0})[1], want, 1e-6)
+    with pytest.raises(ValueError, match=r"hparams\.dfedavgm\.momentum"):
+        make_hparams(get_algorithm("dfedavgm"), {"momentum": 1.0})
 
 
 def ring(n):
