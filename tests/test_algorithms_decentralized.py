@@ -34,7 +34,8 @@ ADJ = np.array(
     ],
     bool,
 )
-GOSSIP = ("dpsgd", "pushsum", "dfedavgm")
+GOSSIP = ("dpsgd", "pushsum", "dfedavgm", "choco")
+RING = ("dpsgd", "pushsum", "dfedavgm")  # training off, their round is x <- W x
 
 
 class FakeLinks(flax.struct.PyTreeNode):
@@ -254,6 +255,60 @@ def test_dfedavgm_without_momentum_is_dpsgd():
         make_hparams(get_algorithm("dfedavgm"), {"momentum": 1.0})
 
 
+# ----------------------------------------------------------------------- CHOCO-SGD
+def topk_rows(d: np.ndarray, k: int) -> np.ndarray:
+    out = np.zeros_like(d)
+    for i, row in enumerate(d):
+        top = np.argsort(-np.abs(row), kind="stable")[:k]
+        out[i, top] = row[top]
+    return out
+
+
+def flat(params) -> np.ndarray:
+    return np.concatenate([np.asarray(a).reshape(len(a), -1) for a in jax.tree.leaves(params)], 1)
+
+
+@pytest.mark.parametrize("lost", [False, True])
+def test_choco_topk_two_rounds_match_a_per_node_loop(lost):
+    ctx = make_ctx()
+    ctxs = [lossy(ctx, seed=r) if lost else ctx for r in range(2)]
+    hp = {"compression": "topk", "fraction": 0.2, "gamma": 0.5}
+    state, got = rounds("choco", ctx, 2, hp, ctxs=ctxs)
+    alg = get_algorithm("choco")
+    init = alg.init(jax.random.PRNGKey(0), ctx, make_hparams(alg, hp)).clients.params
+    like, size = init, flat(init).shape[1]
+    x = flat(init).astype(np.float64)
+    hat = np.zeros_like(x)
+    for c in ctxs:
+        trained = [gd(ctx, node(unflat(x, like), i), i, 2, 0.3) for i in range(5)]
+        half = flat(stack(trained)).astype(np.float64)
+        hat = hat + topk_rows(half - hat, round(0.2 * size))
+        w = mh_matrix(ADJ, dense(ctx, c.neighbor_mask))
+        x = half + 0.5 * (w @ hat - hat)
+    np.testing.assert_allclose(flat(got), x, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(state.bits, round(0.2 * size) * (32 + np.ceil(np.log2(size))))
+
+
+def unflat(x: np.ndarray, like):
+    leaves, treedef = jax.tree.flatten(like)
+    out, at = [], 0
+    for a in leaves:
+        n = int(np.prod(a.shape[1:]))
+        out.append(jnp.asarray(x[:, at : at + n].reshape(a.shape), a.dtype))
+        at += n
+    return jax.tree.unflatten(treedef, out)
+
+
+def test_choco_with_the_identity_and_gamma_1_is_dpsgd():
+    ctx = lossy(make_ctx(), seed=4)
+    want = rounds("dpsgd", ctx, 2)[1]
+    got = rounds("choco", ctx, 2, {"compression": "none", "gamma": 1.0})[1]
+    assert_close(got, want, 1e-5)
+    qsgd = rounds("choco", ctx, 2)[1]  # the default, 8-bit QSGD: close to it, not equal
+    gap = np.abs(flat(qsgd) - flat(want)).max()
+    assert 0 < gap < 0.05
+
+
 def ring(n):
     adj = np.eye(n, dtype=bool)
     for i in range(n):
@@ -261,7 +316,7 @@ def ring(n):
     return adj
 
 
-@pytest.mark.parametrize("name", GOSSIP)
+@pytest.mark.parametrize("name", RING)
 def test_without_training_consensus_distance_on_a_ring_falls_by_lambda_2_squared(name):
     n = 6
     ctx = make_ctx(ring(n), [6] * n, optimizer=optax.sgd(0.0))  # training changes nothing
