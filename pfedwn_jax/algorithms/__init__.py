@@ -43,7 +43,7 @@ from pfedwn_jax.algorithms.common import (
 # Algorithm modules register themselves on import; this order is the registration order,
 # i.e. the default order of `pfedwn run` and of its table (the paper's Table II rows):
 # the baselines, then the personalised methods.
-_BUILTIN = ("local", "fedavg", "fedprox", "perfedavg", "fedamp", "pfedwn")
+_BUILTIN: tuple[str, ...] = ("local", "fedavg", "fedprox", "perfedavg", "fedamp", "pfedwn")
 # further methods, named explicitly in a config: decentralized (gossip) and clustered
 _BUILTIN += ("dpsgd", "pushsum", "dfedavgm", "choco")
 
