@@ -12,13 +12,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from helpers import TINY_RUN
+from helpers import TINY_RUN, VARIED_RUN
 
 import pfedwn_jax
 from pfedwn_jax.algorithms import RoundContext, get_algorithm, make_hparams, neighbor_lists
 from pfedwn_jax.data.client_data import ClientData
 from pfedwn_jax.experiment import ExperimentConfig
 from pfedwn_jax.models import get_model
+from pfedwn_jax.sweeps import expand, run_config
 
 SHAPE = (3, 3, 1)
 CLASSES = 3
@@ -34,7 +35,7 @@ ADJ = np.array(
     ],
     bool,
 )
-GOSSIP = ("dpsgd", "pushsum", "dfedavgm", "choco")
+GOSSIP = ("dpsgd", "pushsum", "dfedavgm", "choco", "cfa")
 RING = ("dpsgd", "pushsum", "dfedavgm")  # training off, their round is x <- W x
 
 
@@ -309,6 +310,40 @@ def test_choco_with_the_identity_and_gamma_1_is_dpsgd():
     assert 0 < gap < 0.05
 
 
+# ----------------------------------------------------------------------- CFA
+@pytest.mark.parametrize("lost", [False, True])
+def test_cfa_two_rounds_match_a_per_device_loop(lost):
+    ctx = make_ctx()
+    ctxs = [lossy(ctx, seed=r) if lost else ctx for r in range(2)]
+    _, got = rounds("cfa", ctx, 2, {"eps": 0.7}, ctxs=ctxs)
+    alg = get_algorithm("cfa")
+    w = [node(alg.init(jax.random.PRNGKey(0), ctx, None).clients.params, i) for i in range(5)]
+    n = np.asarray(COUNTS, np.float64)
+    for c in ctxs:
+        heard = dense(ctx, c.neighbor_mask) & ~np.eye(5, dtype=bool)
+        psi = []
+        for k in range(5):
+            nk = np.nonzero(heard[k])[0]
+            alpha = {i: n[i] / n[nk].sum() for i in nk}
+            psi.append(
+                jax.tree.map(
+                    lambda *a, k=k, nk=nk, alpha=alpha: (
+                        a[k] + 0.7 * sum(alpha[i] * (a[i] - a[k]) for i in nk)
+                    ),
+                    *w,
+                )
+            )
+        w = [gd(ctx, psi[k], k, 2, 0.3) for k in range(5)]
+    assert_close(got, stack(w))
+
+
+def test_cfa_with_eps_0_is_local():
+    ctx = make_ctx()
+    chex.assert_trees_all_close(
+        rounds("cfa", ctx, 2, {"eps": 0.0})[1], rounds("local", ctx, 2)[1], rtol=1e-6, atol=1e-7
+    )
+
+
 def ring(n):
     adj = np.eye(n, dtype=bool)
     for i in range(n):
@@ -347,7 +382,7 @@ def set_models(name, state, params):
 
 
 # ----------------------------------------------------------------------- smoke
-def test_every_decentralized_method_runs_networked_lossy_stale_and_in_a_sweep():
+def test_every_decentralized_method_runs_networked_with_lossy_stale_links():
     config = ExperimentConfig(
         **{**TINY_RUN, "rounds": 2},
         algorithms=GOSSIP,
@@ -361,6 +396,18 @@ def test_every_decentralized_method_runs_networked_lossy_stale_and_in_a_sweep():
         rec = res.methods[name]["records"]
         assert np.isfinite(res.methods[name]["target_accuracy"]).all()
         assert len(rec["consensus_distance"]) == 2 and np.isfinite(rec["consensus_distance"]).all()
-    single = ExperimentConfig(**{**TINY_RUN, "rounds": 2}, algorithms=GOSSIP)
-    swept = pfedwn_jax.sweep(single, seeds=[0, 1], block=2, progress=False)
-    assert len(swept) > 0 and np.isfinite(swept.rows["target_accuracy"]).all()
+        assert np.all(np.asarray(rec["spectral_gap"]) <= 1 + 1e-6)
+
+
+def test_a_sweep_of_gossip_methods_with_padded_slots_equals_its_runs():
+    """Topology seeds 0 and 3 select 2 and 3 neighbors: one program, slots padded (every
+    method in tests/test_sweep.py's slow registry-wide check)."""
+    config = ExperimentConfig(**VARIED_RUN, algorithms=("dpsgd", "pushsum"))
+    grid = {"topology_seed": [0, 3]}
+    swept = pfedwn_jax.sweep(config, seeds=[1], grid=grid, block=2, progress=False)
+    for spec in expand(config, [1], grid):
+        own = pfedwn_jax.run(run_config(config, spec), progress=False)
+        for name in config.method_names:
+            rows = (swept.rows["run"] == spec.index) & (swept.rows["method"] == name)
+            want = own.methods[name]["target_accuracy"]
+            np.testing.assert_allclose(swept.rows["target_accuracy"][rows], want, atol=1e-6)
