@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers import TINY_RUN
 from test_algorithms_decentralized import (
+    ADJ,
     COUNTS,
     assert_close,
     ce,
@@ -14,6 +16,7 @@ from test_algorithms_decentralized import (
     gd,
     lossy,
     make_ctx,
+    node,
     node_data,
     rounds,
     stack,
@@ -76,13 +79,89 @@ def test_ifca_with_one_cluster_is_fedavg():
 def test_clustered_methods_run_networked_with_lossy_stale_links():
     config = ExperimentConfig(
         **{**TINY_RUN, "rounds": 2},
-        algorithms=("ifca",),
+        algorithms=("ifca", "cfl"),
         mode="network",
         link_model="bernoulli",
         link_failure=0.3,
         stale=True,
     )
     res = pfedwn_jax.run(config, progress=False)
-    rec = res.methods["ifca"]["records"]
-    assert np.isfinite(res.methods["ifca"]["target_accuracy"]).all()
-    assert np.asarray(rec["cluster"]).shape[0] == 2
+    for name in ("ifca", "cfl"):
+        rec = res.methods[name]["records"]
+        assert np.isfinite(res.methods[name]["target_accuracy"]).all()
+        assert np.asarray(rec["cluster"]).shape[0] == 2
+
+
+# ----------------------------------------------------------------------- CFL
+def _flat(tree) -> np.ndarray:
+    return np.concatenate([np.asarray(a, np.float64).ravel() for a in jax.tree.leaves(tree)])
+
+
+def test_bipartition_is_complete_linkage():
+    from scipy.cluster.hierarchy import fcluster, linkage
+    from scipy.spatial.distance import squareform
+
+    from pfedwn_jax.algorithms.cfl import bipartition
+
+    rng = np.random.default_rng(0)
+    u = rng.normal(size=(9, 4))
+    u /= np.linalg.norm(u, axis=1, keepdims=True)
+    sim = u @ u.T
+    members = np.array([1, 1, 0, 1, 1, 1, 0, 1, 1], bool)
+    got = np.asarray(jax.jit(bipartition)(jnp.asarray(sim, jnp.float32), jnp.asarray(members)))
+    idx = np.nonzero(members)[0]
+    dist = 1 - sim[np.ix_(idx, idx)]
+    np.fill_diagonal(dist, 0)
+    parts = fcluster(linkage(squareform(dist, checks=False), "complete"), 2, "maxclust")
+    want = np.zeros(9, bool)
+    want[idx] = parts != parts[0]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_cfl_two_rounds_match_a_per_node_loop():
+    """Complete graph (the server's view), splits from round 1: each round, the eligible
+    cluster of largest update norm splits by complete linkage on the cosine similarities."""
+    from scipy.cluster.hierarchy import fcluster, linkage
+    from scipy.spatial.distance import squareform
+
+    s = 7
+    counts = [6, 9, 4, 7, 5, 8, 6]
+    ctx = make_ctx(np.ones((s, s), bool), counts)
+    hp = {"eps1": 1e9, "eps2": 0.0, "warmup": 0}
+    state, got = rounds("cfl", ctx, 2, hp)
+    alg = get_algorithm("cfl")
+    theta = [node(alg.init(jax.random.PRNGKey(0), ctx, None).clients.params, i) for i in range(s)]
+    cluster = np.zeros(s, int)
+    for _ in range(2):
+        trained = [gd(ctx, theta[i], i, 2, 0.3) for i in range(s)]
+        delta = np.stack([_flat(trained[i]) - _flat(theta[i]) for i in range(s)])
+        norms = np.linalg.norm(delta, axis=1)
+        eligible = [c for c in set(cluster) if (cluster == c).sum() > 2]
+        if eligible:
+            c = max(eligible, key=lambda c: norms[cluster == c].max())
+            idx = np.nonzero(cluster == c)[0]
+            unit = delta[idx] / norms[idx, None]
+            dist = 1 - unit @ unit.T
+            np.fill_diagonal(dist, 0)
+            parts = fcluster(linkage(squareform(dist, checks=False), "complete"), 2, "maxclust")
+            second = idx[parts != parts[0]]
+            cluster[second] = second.min()
+        theta = [
+            jax.tree.map(
+                lambda *a, i=i: (
+                    sum(a[j] for j in range(s) if cluster[j] == cluster[i])
+                    / (cluster == cluster[i]).sum()
+                ),
+                *trained,
+            )
+            for i in range(s)
+        ]
+    np.testing.assert_array_equal(state.cluster, cluster)
+    assert len(set(cluster)) == 3  # two splits happened
+    assert_close(got, stack(theta))
+
+
+def test_cfl_without_a_split_is_fedavg_with_equal_counts():
+    ctx = make_ctx(ADJ, [6] * 5)
+    never = {"eps2": 1e9}
+    assert_close(rounds("cfl", ctx, 2, never)[1], rounds("fedavg", ctx, 2)[1], 1e-6)
