@@ -141,7 +141,7 @@ def _round(
     cluster = state.cluster
     if ctx.num_slots <= SPLIT_LIMIT:
         delta = flatten_slots(trained.params) - flatten_slots(state.clients.params)
-        real = ctx.num_samples > 0
+        real = jnp.asarray(ctx.num_samples) > 0
         cluster = _split(state, delta.astype(jnp.float32), hp, real)
     nbr = jnp.asarray(ctx.neighbors)
     same = fresh_mask(ctx) & (cluster[nbr] == cluster[:, None])
