@@ -35,7 +35,7 @@ ADJ = np.array(
     ],
     bool,
 )
-GOSSIP = ("dpsgd", "pushsum", "dfedavgm", "choco", "cfa")
+GOSSIP = ("dpsgd", "pushsum", "dfedavgm", "choco", "cfa", "dispfl")
 RING = ("dpsgd", "pushsum", "dfedavgm")  # training off, their round is x <- W x
 
 
@@ -342,6 +342,53 @@ def test_cfa_with_eps_0_is_local():
     chex.assert_trees_all_close(
         rounds("cfa", ctx, 2, {"eps": 0.0})[1], rounds("local", ctx, 2)[1], rtol=1e-6, atol=1e-7
     )
+
+
+# ----------------------------------------------------------------------- DisPFL
+def masked_gd(ctx, w, mask, i, steps, lr):
+    """Full-batch GD of node i on its masked model, the gradient masked (a plain loop)."""
+    x, y = node_data(ctx, i)
+    for _ in range(steps):
+        g = jax.grad(lambda p: ce(ctx.model, jax.tree.map(jnp.multiply, p, mask), x, y))(w)
+        w = jax.tree.map(lambda a, d, m: a - lr * d * m, w, g, mask)
+    return w
+
+
+@pytest.mark.parametrize("lost", [False, True])
+def test_dispfl_two_rounds_match_a_per_node_loop(lost):
+    ctx = make_ctx()
+    ctxs = [lossy(ctx, seed=r) if lost else ctx for r in range(2)]
+    _, got = rounds("dispfl", ctx, 2, ctxs=ctxs)
+    alg = get_algorithm("dispfl")
+    state0 = alg.init(jax.random.PRNGKey(0), ctx, make_hparams(alg))
+    masks = [node(state0.masks, i) for i in range(5)]
+    w = [node(state0.clients.params, i) for i in range(5)]
+    kept = np.mean([np.asarray(a).mean() for a in jax.tree.leaves(state0.masks) if a.ndim >= 3])
+    assert 0.3 < kept < 0.7  # about half of each weight matrix
+    for c in ctxs:
+        heard = dense(ctx, c.neighbor_mask) | np.eye(5, dtype=bool)
+        avg = []
+        for k in range(5):
+            nk = np.nonzero(heard[k])[0]
+            total = jax.tree.map(lambda *a: sum(a), *[w[j] for j in nk])  # masked already
+            count = jax.tree.map(lambda *a: sum(a), *[masks[j] for j in nk])
+            avg.append(
+                jax.tree.map(
+                    lambda t, n, own, m: jnp.where(n > 0, t / jnp.maximum(n, 1), own) * m,
+                    total,
+                    count,
+                    w[k],
+                    masks[k],
+                )
+            )
+        w = [masked_gd(ctx, avg[k], masks[k], k, 2, 0.3) for k in range(5)]
+    assert_close(got, stack(w))
+
+
+def test_dispfl_dense_is_unweighted_cfa_on_a_complete_graph():
+    ctx = make_ctx(np.ones((5, 5), bool), [6] * 5)
+    want = rounds("cfa", ctx, 2, {"eps": 0.8})[1]  # (1 - eps) own + eps mean of the 4 others
+    assert_close(rounds("dispfl", ctx, 2, {"density": 1.0})[1], want, 1e-6)
 
 
 def ring(n):

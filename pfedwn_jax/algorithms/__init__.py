@@ -45,7 +45,7 @@ from pfedwn_jax.algorithms.common import (
 # the baselines, then the personalised methods.
 _BUILTIN: tuple[str, ...] = ("local", "fedavg", "fedprox", "perfedavg", "fedamp", "pfedwn")
 # further methods, named explicitly in a config: decentralized (gossip) and clustered
-_BUILTIN += ("dpsgd", "pushsum", "dfedavgm", "choco", "cfa", "ifca", "cfl")
+_BUILTIN += ("dpsgd", "pushsum", "dfedavgm", "choco", "cfa", "ifca", "cfl", "dispfl")
 
 for _module in _BUILTIN:
     importlib.import_module(f"pfedwn_jax.algorithms.{_module}")
