@@ -448,7 +448,8 @@ def test_decentralized_methods_run_networked_with_lossy_stale_links(names):
         rec = res.methods[name]["records"]
         assert np.isfinite(res.methods[name]["target_accuracy"]).all()
         assert len(rec["consensus_distance"]) == 2 and np.isfinite(rec["consensus_distance"]).all()
-        assert np.all(np.asarray(rec["spectral_gap"]) <= 1 + 1e-6)
+        if name != "dispfl":  # coordinate-wise averaging: no one mixing matrix
+            assert np.all(np.asarray(rec["spectral_gap"]) <= 1 + 1e-6)
 
 
 def test_a_sweep_of_gossip_methods_with_padded_slots_equals_its_runs():
