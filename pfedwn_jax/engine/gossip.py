@@ -197,7 +197,7 @@ def _power_norm(nbr: jax.Array, w: jax.Array) -> jax.Array:
         x = apply_t(apply(x))
         return x / jnp.maximum(jnp.linalg.norm(x), 1e-30)
 
-    x0 = centre(jax.random.normal(jax.random.PRNGKey(0), (s,), jnp.float32))
+    x0 = centre(jax.random.normal(jax.random.key(0), (s,), jnp.float32))
     x = jax.lax.fori_loop(0, POWER_ITERATIONS, step, x0 / jnp.linalg.norm(x0))
     return jnp.linalg.norm(apply(x))
 
