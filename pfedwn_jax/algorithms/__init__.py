@@ -47,6 +47,7 @@ _BUILTIN: tuple[str, ...] = ("local", "fedavg", "fedprox", "perfedavg", "fedamp"
 # The field's further methods (not run by default), after the paper's six.
 _BUILTIN += ("ditto", "scaffold", "server_opt", "feddyn", "fednova", "apfl", "pfedme", "fedem")
 _BUILTIN += ("splitting", "fedrod", "fedfomo", "moon", "fedala")
+_BUILTIN += ("dpsgd", "pushsum", "dfedavgm", "choco", "cfa", "ifca", "cfl", "dispfl")
 
 for _module in _BUILTIN:
     importlib.import_module(f"pfedwn_jax.algorithms.{_module}")

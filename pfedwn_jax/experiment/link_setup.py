@@ -90,6 +90,8 @@ class Links(flax.struct.PyTreeNode):
       source: inside a round with `stale`: `[S, K]` int32 index of each listed link's model
         in `concat(params, cache)` (the fresh one if it arrived, else its stale copy).
       reselected: inside a round with `motion`: `[]` bool, the lists changed this round.
+      listed: inside a round: `[S, K]` bool, the lists' mask before the draw (the links
+        that were to deliver; the context's `neighbor_mask` holds those that did).
     """
 
     perr: jax.Array
@@ -104,6 +106,7 @@ class Links(flax.struct.PyTreeNode):
     cache: Any = None
     source: Any = None
     reselected: Any = None
+    listed: Any = None
 
 
 def slot_perr(fed: Federation, config: ExperimentConfig) -> np.ndarray:

@@ -164,6 +164,7 @@ def begin_round(ctx: Any, track: LinkTrack | None, key: jax.Array) -> tuple[Any,
     rate = 1.0 - (received & real).sum() / jnp.maximum(real.sum(), 1)
     records = {**records, "link_received": received, "link_failure_rate": rate.astype(jnp.float32)}
     mask = ctx.neighbor_mask & received
+    links = links.replace(listed=ctx.neighbor_mask)
     drawn = Drawn(received, *drawn_lists)
     if links.stale:
         assert track is not None  # the runner keeps a track whenever links are stale

@@ -1,0 +1,97 @@
+"""CFA, consensus-based federated averaging (Savazzi, Nicoli and Rampa 2020, IEEE Internet of
+Things Journal, "Federated learning with cooperating devices: a consensus approach for
+massive IoT networks"): the D2D consensus rule of the wireless-FL literature.
+
+Round ``t``, every device ``k`` at once: a consensus step on the models its neighbors sent,
+then local training from its result::
+
+    psi_k     = w_k + eps sum_{i in N_k} alpha_ki (w_i - w_k),
+                alpha_ki = n_i / sum_{j in N_k} n_j              (N_k: neighbors, not k)
+    w_k^{t+1} = local training of psi_k
+
+``n_i`` are the sample counts. The models sent are the ones the devices hold at the start of
+the round (trained in the previous round).
+
+**Lost packets.** ``N_k`` is the set of neighbors whose model arrived this round (with
+``stale`` links, also a failed link's last copy): ``alpha`` is renormalised over them, and a
+device that received nothing keeps its model (``psi_k = w_k``) and trains on.
+
+**Departures.** The paper's CFA-GE variant (gradient exchange) is not built; its
+time-varying ``eps_t`` is one value here.
+
+Hyperparameters: ``eps`` the consensus step in [0, 1] (default 0.5: our choice; the paper
+treats it as a design parameter). ``eps = 0`` is Local.
+
+Records: ``train_loss [S]``, ``consensus_distance []``, ``spectral_gap []`` of the round's
+consensus matrix ``(1 - eps) I + eps A`` over the delivered links.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from pfedwn_jax._checks import check_float, set_fields
+from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register
+from pfedwn_jax.algorithms.common import (
+    BaselineState,
+    eval_own,
+    group_average_weights,
+    init_baseline,
+    local_update,
+)
+from pfedwn_jax.algorithms.mixing import gossip, gossip_records
+
+
+@hparams
+class CFAHParams:
+    """CFA hyperparameters.
+
+    Attributes:
+      eps: consensus step size in [0, 1]. Default 0.5 (our choice).
+    """
+
+    eps: float = 0.5
+
+    def __post_init__(self) -> None:
+        set_fields(self, eps=check_float("hparams.cfa.eps", self.eps, 0.0, 1.0))
+
+
+def consensus_weights(ctx: RoundContext, eps: Any) -> jax.Array:
+    """``[S, K]`` row ``k``: ``1 - eps`` on itself, ``eps alpha_ki`` on the delivered
+    neighbors (sample-count weights); 1 on itself when nothing was delivered."""
+    others = jnp.asarray(ctx.neighbor_mask, bool).at[:, 0].set(False)
+    alpha = group_average_weights(ctx.neighbors, others, ctx.num_samples)  # own=1 if none
+    own = (jnp.arange(alpha.shape[1]) == 0).astype(jnp.float32)[None, :]
+    return (1.0 - eps) * own + eps * alpha
+
+
+def _round(
+    state: BaselineState, key: jax.Array, ctx: RoundContext, hp: CFAHParams
+) -> tuple[BaselineState, Any]:
+    sent = state.clients.params
+    psi = gossip(sent, ctx, consensus_weights(ctx, hp.eps))
+    clients, metrics = local_update(ctx, state.clients._replace(params=psi), key)
+    return BaselineState(clients, metrics["loss"]), sent
+
+
+def _records(state: BaselineState, ctx: RoundContext, hp: CFAHParams) -> dict[str, jax.Array]:
+    records = gossip_records(state.clients.params, ctx, consensus_weights(ctx, hp.eps))
+    return {"train_loss": state.train_loss, **records}
+
+
+CFA = register(
+    Algorithm(
+        name="cfa",
+        hparams=CFAHParams,
+        init=init_baseline,
+        round=_round,
+        eval_params=eval_own,
+        records=_records,
+        description="CFA: consensus step on the neighbors' models, then local training",
+        family="decentralized",
+        default=False,
+    )
+)

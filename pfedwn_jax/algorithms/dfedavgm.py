@@ -1,0 +1,81 @@
+"""DFedAvgM (Sun, Li and Wang 2022, IEEE TPAMI, "Decentralized Federated Averaging"): local
+SGD with heavy-ball momentum, then a gossip average.
+
+Round ``t``, every node ``i``, ``K`` local steps (the context's schedule) from
+``y^{-1} = y^0 = x_i^t``::
+
+    y^{k+1}   = y^k - eta grad f_i(y^k; xi) + theta (y^k - y^{k-1})
+    x_i^{t+1} = sum_{j in N_i} W_ij y_j^K
+
+The momentum restarts every round (the paper's ``y^{t,-1} = y^{t,0}``): a fresh
+``optax.sgd(lr, momentum=theta)`` state (heavy ball, the same iterates) per round. ``W`` is
+D-PSGD's: Metropolis-Hastings weights of the symmetrized listed graph, each row renormalised
+over the links that delivered (``engine.gossip.metropolis_weights``), so a lost packet hands
+its weight to the rest of the row and a node with nothing delivered keeps its trained model.
+
+**Departures.** The paper's quantized variant is not built here; ``W`` is row-stochastic only
+on a directed selected graph (the paper assumes symmetric doubly stochastic). A user's own
+``optimizer`` in the config is used as it is, without the momentum ``theta`` (the context's
+``momentum`` setting is replaced by ``theta``).
+
+Hyperparameters: ``momentum`` theta (default 0.9, the heavy-ball momentum commonly used in
+its experiments). ``momentum = 0`` is D-PSGD.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import optax
+
+from pfedwn_jax._checks import check_float, set_fields
+from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register
+from pfedwn_jax.algorithms.common import BaselineState, eval_own, init_baseline, local_update
+from pfedwn_jax.algorithms.dpsgd import gossip_baseline_records
+from pfedwn_jax.algorithms.mixing import gossip, mh_weights
+from pfedwn_jax.engine import ClientState
+
+
+@hparams
+class DFedAvgMHParams:
+    """DFedAvgM hyperparameters.
+
+    Attributes:
+      momentum: heavy-ball momentum theta of the local steps, in [0, 1). Default 0.9.
+    """
+
+    momentum: float = 0.9
+
+    def __post_init__(self) -> None:
+        value = check_float(
+            "hparams.dfedavgm.momentum", self.momentum, 0.0, 1.0, high_inclusive=False
+        )
+        set_fields(self, momentum=value)
+
+
+def _round(
+    state: BaselineState, key: jax.Array, ctx: RoundContext, hp: DFedAvgMHParams
+) -> tuple[BaselineState, Any]:
+    tx = ctx.optimizer if ctx.optimizer is not None else optax.sgd(ctx.lr, momentum=hp.momentum)
+    params = state.clients.params
+    fresh = ClientState(params, jax.vmap(tx.init)(params))  # the momentum restarts
+    trained, metrics = local_update(ctx.replace(optimizer=tx), fresh, key)
+    mixed = gossip(trained.params, ctx, mh_weights(ctx))
+    clients = state.clients._replace(params=mixed)
+    return BaselineState(clients, metrics["loss"]), trained.params
+
+
+DFEDAVGM = register(
+    Algorithm(
+        name="dfedavgm",
+        hparams=DFedAvgMHParams,
+        init=init_baseline,
+        round=_round,
+        eval_params=eval_own,
+        records=gossip_baseline_records,
+        description="DFedAvgM: local heavy-ball SGD, then a Metropolis-Hastings gossip average",
+        family="decentralized",
+        default=False,
+    )
+)

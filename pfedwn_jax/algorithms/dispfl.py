@@ -1,0 +1,150 @@
+"""DisPFL (Dai, Shen, Tian, Hu, Jiao, Li and Tao 2022, ICML, "DisPFL: towards
+communication-efficient personalized federated learning via decentralized sparse training"):
+personalized sparse masks over a decentralized graph.
+
+Every node ``k`` has a sparse mask ``m_k`` (same shapes as the model, 0/1) and a model
+``w_k = w_k * m_k``. Round ``t``::
+
+    wbar_k = (sum_{j in N_k} m_j * w_j) / (sum_{j in N_k} m_j)      (elementwise, N_k: k and
+             the neighbors whose sparse model arrived; 0 / 0 keeps k's own entry)
+    w_k    = local training of wbar_k * m_k, the gradient masked by m_k
+
+so each coordinate is averaged over the nodes whose masks keep it. The masks are drawn once
+at ``init``, per node and leaf: each weight matrix keeps a fraction ``density`` of its
+entries (uniform at random); biases and other leaves of rank < 2 are dense.
+
+**Lost packets.** A model that did not arrive is left out of both sums (its coordinates are
+averaged over the rest); with ``stale`` links a failed link's last copy is used (the masks do
+not change, so the copy's mask is known). A node with nothing delivered trains its own.
+
+**Departures.** The masks are fixed: the paper's prune-and-regrow mask update (cosine
+annealed, magnitude pruning, gradient regrowth) is not built, and the masks are drawn
+uniformly per leaf instead of with the paper's ERK layer densities. Its random neighbor
+sampling per round is the selected graph's links here.
+
+Hyperparameters: ``density`` in (0, 1], the kept share of each weight matrix (default 0.5,
+the paper's sparsity 0.5). Static (it draws the masks at ``init``). With ``density = 1``
+every coordinate is averaged over the whole neighborhood, then trained (CFA's rule with
+unweighted averaging).
+
+Records: ``train_loss [S]``, ``consensus_distance []``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from pfedwn_jax._checks import check_float, set_fields
+from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register, static
+from pfedwn_jax.algorithms.common import init_clients, local_update
+from pfedwn_jax.algorithms.mixing import consensus_record, gossip
+from pfedwn_jax.engine import ClientState, default_loss, mix_sparse
+
+#: Salt of the mask draw, folded into the init key.
+MASK_SALT = 0xD15
+
+
+@hparams
+class DisPFLHParams:
+    """DisPFL hyperparameters.
+
+    Attributes:
+      density: kept share of each weight matrix's entries, in (0, 1]. Default 0.5. Static.
+    """
+
+    density: float = static(0.5)
+
+    def __post_init__(self) -> None:
+        value = check_float("hparams.dispfl.density", self.density, 0.0, 1.0, low_inclusive=False)
+        set_fields(self, density=value)
+
+
+class DisPFLState(NamedTuple):
+    """Attributes: ``clients`` (sparse models ``[S, ...]``), ``masks`` 0/1 float32 like the
+    models, ``train_loss [S]``."""
+
+    clients: ClientState
+    masks: Any
+    train_loss: jax.Array
+
+
+def draw_masks(key: jax.Array, params: Any, density: float) -> Any:
+    """0/1 float32 masks like ``params [S, ...]``: each slot keeps a uniform random
+    ``density`` share of every leaf of rank >= 2 (per slot); other leaves dense."""
+    leaves, treedef = jax.tree.flatten(params)
+    out = []
+    for i, a in enumerate(leaves):
+        if a.ndim < 3:  # [S] or [S, n]: a bias
+            out.append(jnp.ones(a.shape, jnp.float32))
+            continue
+        u = jax.random.uniform(jax.random.fold_in(key, i), a.shape)
+        out.append((u < density).astype(jnp.float32))
+    return jax.tree.unflatten(treedef, out)
+
+
+def _init(key: jax.Array, ctx: RoundContext, hp: DisPFLHParams) -> DisPFLState:
+    clients = init_clients(key, ctx)
+    masks = draw_masks(jax.random.fold_in(key, MASK_SALT), clients.params, hp.density)
+    params = jax.tree.map(lambda p, m: p * m.astype(p.dtype), clients.params, masks)
+    zeros = jnp.zeros((ctx.num_slots,), jnp.float32)
+    return DisPFLState(clients._replace(params=params), masks, zeros)
+
+
+def sparse_average(params: Any, masks: Any, ctx: RoundContext) -> Any:
+    """Each coordinate of slot ``k``'s model averaged over the delivered neighbors (and
+    ``k``) whose masks keep it, then masked by ``k``'s mask."""
+    ones = jnp.asarray(ctx.neighbor_mask, jnp.float32)
+    total = gossip(params, ctx, ones)  # the models are masked already: sum_j m_j w_j
+    count = mix_sparse(masks, jnp.asarray(ctx.neighbors), ones, shards=ctx.shards)
+    return jax.tree.map(
+        lambda t, c, p, m: jnp.where(c > 0, t / jnp.maximum(c, 1).astype(t.dtype), p) * m,
+        total,
+        count,
+        params,
+        masks,
+    )
+
+
+def _round(
+    state: DisPFLState, key: jax.Array, ctx: RoundContext, hp: DisPFLHParams
+) -> tuple[DisPFLState, Any]:
+    sent = state.clients.params
+    mixed = sparse_average(sent, state.masks, ctx)
+    base = default_loss(ctx.model)
+
+    def loss_fn(params, x, y, w, mask):
+        return base(jax.tree.map(lambda p, m: p * m.astype(p.dtype), params, mask), x, y, w, None)
+
+    clients, metrics = local_update(
+        ctx, state.clients._replace(params=mixed), key, loss_fn=loss_fn, aux=state.masks
+    )
+    return DisPFLState(clients, state.masks, metrics["loss"]), sent
+
+
+def _eval(state: DisPFLState, ctx: RoundContext, hp: DisPFLHParams) -> Any:
+    return state.clients.params
+
+
+def _records(state: DisPFLState, ctx: RoundContext, hp: DisPFLHParams) -> dict[str, jax.Array]:
+    return {
+        "train_loss": state.train_loss,
+        "consensus_distance": consensus_record(state.clients.params, ctx),
+    }
+
+
+DISPFL = register(
+    Algorithm(
+        name="dispfl",
+        hparams=DisPFLHParams,
+        init=_init,
+        round=_round,
+        eval_params=_eval,
+        records=_records,
+        description="DisPFL: personalized sparse masks, coordinates averaged where masks overlap",
+        family="decentralized",
+        default=False,
+    )
+)
