@@ -18,8 +18,8 @@ import pfedwn_jax
 from pfedwn_jax.algorithms import RoundContext, get_algorithm, make_hparams, neighbor_lists
 from pfedwn_jax.data.client_data import ClientData
 from pfedwn_jax.experiment import ExperimentConfig
-from pfedwn_jax.models import get_model
 from pfedwn_jax.experiment.grid import expand, run_config
+from pfedwn_jax.models import get_model
 
 SHAPE = (3, 3, 1)
 CLASSES = 3
