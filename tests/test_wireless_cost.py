@@ -14,7 +14,15 @@ import pytest
 from pfedwn_jax.engine.compression import Identity, Quantize
 from pfedwn_jax.wireless import ChannelParams
 from pfedwn_jax.wireless.arq import arq_attempts, expected_attempts
-from pfedwn_jax.wireless.cost import CostParams, round_cost, subchannel_hz
+from pfedwn_jax.wireless.cost import (
+    CostParams,
+    CostSetup,
+    cost_records,
+    make_cost_setup,
+    round_cost,
+    subchannel_hz,
+)
+from pfedwn_jax.wireless.devices import Devices
 from pfedwn_jax.wireless.rates import HE_MCS_TABLE, link_rate, mcs_index, mcs_rate, shannon_rate
 
 
@@ -146,8 +154,8 @@ def test_round_airtime_per_link_matches_a_packet_level_monte_carlo():
     def one(key):
         k1, k2 = jax.random.split(key)
         first = jax.random.uniform(k1, p.shape) >= p
-        c = round_cost(k2, cost, channel, 1.0, nbr, listed, first, p, 1e3, jnp.zeros(4), 0.0)
-        return c.airtime_s
+        setup = CostSetup(cost, jnp.float32(1e3), jnp.zeros(4), jnp.zeros(4))
+        return round_cost(k2, setup, channel, 1.0, nbr, listed, first, p).airtime_s
 
     trials = 4000
     air = np.asarray(jax.jit(jax.vmap(one))(jax.random.split(jax.random.key(0), trials)))
@@ -174,16 +182,20 @@ PERR = jnp.array([[0.0, 0.0, 1.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
 # gamma_th = 3: log2(1 + 3) = 2 b/s/Hz x 0.5 efficiency x 1 MHz sub-channels = 1 Mb/s;
 # 976 bits + 24 header bits: 1 ms an attempt
 CHANNEL = ChannelParams(bandwidth_hz=4e6, num_subchannels=4, tx_power_w=0.2)
-COMPUTE_S = jnp.array([0.004, 0.006, 0.005])
-COMPUTE_W = jnp.array([2.0, 3.0, 4.0])
+# training: 1e4 FLOPs a sample, 2 epochs of 200, 300, 250 samples at 1 GFLOP/s: 4, 6, 5 ms
+DEVICES = Devices(jnp.full((3,), 1e9), jnp.array([2.0, 3.0, 4.0]))
+
+
+def _setup(cost: CostParams, payload: float = 976.0) -> CostSetup:
+    return make_cost_setup(cost, payload, DEVICES, 1e4, jnp.array([200, 300, 250]), 2)
 
 
 def _three(reception="parallel", deadline=math.inf, payload=976.0):
     cost = CostParams(
         reception=reception, efficiency=0.5, retries=2, header_bits=24, deadline_s=deadline
     )
-    args = (NBR, LISTED, RECEIVED, PERR, payload, COMPUTE_S, COMPUTE_W)
-    return jax.jit(round_cost)(jax.random.key(0), cost, CHANNEL, 3.0, *args)
+    args = (NBR, LISTED, RECEIVED, PERR)
+    return jax.jit(round_cost)(jax.random.key(0), _setup(cost, payload), CHANNEL, 3.0, *args)
 
 
 def test_three_nodes_bits_airtime_energy_by_hand():
@@ -197,6 +209,9 @@ def test_three_nodes_bits_airtime_energy_by_hand():
     np.testing.assert_allclose(c.energy_j, energy, rtol=1e-5)
     np.testing.assert_array_equal(c.delivered, [[1, 1, 0], [1, 1, 0], [1, 1, 0]])
     assert not c.straggler.any()
+    records = cost_records(c)
+    assert set(records) >= {"bits_sent", "airtime_s", "energy_j", "round_s"}
+    np.testing.assert_array_equal(records["link_attempts"], c.attempts)
 
 
 def test_three_nodes_clock_parallel_serial_and_deadline():
@@ -229,20 +244,8 @@ def test_payload_is_the_compressors_count():
 def test_no_retries_keeps_the_draw_and_an_mcs_outage_is_not_used():
     cost = CostParams(rate_model="mcs", retries=0)
     sinr = jnp.array([[0.0, 100.0, 1.0], [0.0, 100.0, 100.0], [0.0, 100.0, 100.0]])
-    c = round_cost(
-        jax.random.key(1),
-        cost,
-        CHANNEL,
-        3.0,
-        NBR,
-        LISTED,
-        RECEIVED,
-        0.5,
-        1e3,
-        COMPUTE_S,
-        COMPUTE_W,
-        sinr=sinr,
-    )
+    setup = _setup(cost, 1e3)
+    c = round_cost(jax.random.key(1), setup, CHANNEL, 3.0, NBR, LISTED, RECEIVED, 0.5, sinr=sinr)
     # 0<-2 at 0 dB is below MCS 0 (8.99 dB): no attempt, no airtime, not delivered
     np.testing.assert_array_equal(c.attempts, [[0, 1, 0], [0, 1, 0], [0, 1, 0]])
     np.testing.assert_array_equal(c.delivered, RECEIVED & LISTED)
@@ -253,8 +256,8 @@ def test_no_retries_keeps_the_draw_and_an_mcs_outage_is_not_used():
 def test_round_cost_vmaps_over_swept_deadlines_and_retries():
     def one(deadline, retries):
         cost = CostParams(efficiency=0.5, retries=retries, header_bits=24, deadline_s=deadline)
-        args = (NBR, LISTED, RECEIVED, PERR, 976.0, COMPUTE_S, COMPUTE_W)
-        return round_cost(jax.random.key(0), cost, CHANNEL, 3.0, *args)
+        args = (NBR, LISTED, RECEIVED, PERR)
+        return round_cost(jax.random.key(0), _setup(cost), CHANNEL, 3.0, *args)
 
     c = jax.jit(jax.vmap(one))(jnp.array([math.inf, 0.0065]), jnp.array([2, 0]))
     np.testing.assert_allclose(c.round_s, [0.008, 0.0065], rtol=1e-5)

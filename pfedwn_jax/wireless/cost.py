@@ -32,6 +32,7 @@ import jax.numpy as jnp
 
 from pfedwn_jax._checks import check_choice
 from pfedwn_jax.wireless.arq import arq_attempts
+from pfedwn_jax.wireless.devices import Devices, compute_seconds
 from pfedwn_jax.wireless.params import ChannelParams
 from pfedwn_jax.wireless.rates import HE_MCS_TABLE, RATE_MODELS, link_rate
 
@@ -87,18 +88,47 @@ def subchannel_hz(channel: ChannelParams) -> Any:
     return channel.bandwidth_hz / channel.num_subchannels
 
 
+class CostSetup(flax.struct.PyTreeNode):
+    """What a run's rounds need to count their cost, built once on the host
+    (``make_cost_setup``); every field a leaf but ``params``' static ones.
+
+    Attributes:
+      params: `CostParams`.
+      payload_bits: `[]` or `[S]` bits of one model each slot sends (header excluded).
+      compute_s: `[S]` each slot's local training time in a round (s).
+      compute_w: `[S]` each slot's power draw while training (W).
+    """
+
+    params: CostParams
+    payload_bits: jax.Array
+    compute_s: jax.Array
+    compute_w: jax.Array
+
+
+def make_cost_setup(
+    params: CostParams,
+    payload_bits: Any,
+    devices: Devices,
+    flops_per_sample: float,
+    samples: Any,
+    epochs: int,
+) -> CostSetup:
+    """The `CostSetup` of a run: ``payload_bits`` (a compressor's ``bits(tree)``), each slot's
+    device (`devices.Devices`) and its training work (``flops_per_sample x samples [S] x
+    epochs``, ``devices.compute_seconds``)."""
+    compute = compute_seconds(flops_per_sample, samples, epochs, devices.flops_per_s)
+    return CostSetup(params, jnp.asarray(payload_bits, jnp.float32), compute, devices.power_w)
+
+
 def round_cost(
     key: jax.Array,
-    cost: CostParams,
+    setup: CostSetup,
     channel: ChannelParams,
     gamma_th: Any,
     neighbors: jax.Array,
     listed: jax.Array,
     received: jax.Array,
     perr: Any,
-    payload_bits: Any,
-    compute_s: jax.Array,
-    compute_w: Any,
     sinr: jax.Array | None = None,
     active: jax.Array | None = None,
 ) -> RoundCost:
@@ -106,14 +136,14 @@ def round_cost(
 
     Args:
       key: this round's cost key (ARQ retries).
+      setup: `CostSetup` (the cost model, payload, each slot's compute time and power).
+      channel, gamma_th: the channel (sub-channel bandwidth, transmit power) and threshold.
       neighbors, listed, received: `[S, K]` the lists, their real entries and the link
         model's draw of the first attempt. perr: `[S, K]` (or scalar) per-attempt failure.
-      payload_bits: `[]` or `[S]` bits of one model sent by each slot (header excluded).
-      compute_s, compute_w: `[S]` local training time (s) and power draw (W) of each slot.
       sinr: `[S, K]` linear SINR (``"shannon"`` / ``"mcs"``), else None.
       active: `[S]` real slots (default all): only they set the round's length.
     """
-    s = neighbors.shape[0]
+    cost, compute_s, s = setup.params, setup.compute_s, neighbors.shape[0]
     used = listed.at[:, 0].set(False)
     rate = link_rate(
         cost.rate_model, sinr, subchannel_hz(channel), gamma_th, cost.efficiency, cost.mcs_table
@@ -121,22 +151,20 @@ def round_cost(
     used = used & (jnp.broadcast_to(rate, used.shape) > 0)
     attempts, ok = arq_attempts(key, received, perr, cost.retries)
     attempts = jnp.where(used, attempts, 0)
-    payload = jnp.broadcast_to(jnp.asarray(payload_bits, jnp.float32), (s,))
+    payload = jnp.broadcast_to(jnp.asarray(setup.payload_bits, jnp.float32), (s,))
     bits = (payload[neighbors] + cost.header_bits) * attempts
     airtime = jnp.where(used, bits / jnp.where(used, rate, 1.0), 0.0)
-    ready = compute_s[neighbors]
-    finish = _finish_times(cost.reception, ready, airtime, used)
+    finish = _finish_times(cost.reception, compute_s[neighbors], airtime, used)
     straggler = used & ok & (finish > cost.deadline_s)
     waited = jnp.where(used, jnp.minimum(finish, cost.deadline_s), 0.0)
     finish_s = jnp.maximum(compute_s, waited.max(axis=1))
-    delivered = (used & ok & ~straggler).at[:, 0].set(True)
     by_sender = _by_sender(neighbors, s)
     airtime_s = by_sender(airtime)
-    energy = channel.tx_power_w * airtime_s + compute_w * compute_s
+    energy = channel.tx_power_w * airtime_s + setup.compute_w * compute_s
     real = jnp.ones((s,), bool) if active is None else active
     return RoundCost(
         attempts=attempts.astype(jnp.int32),
-        delivered=delivered,
+        delivered=(used & ok & ~straggler).at[:, 0].set(True),
         straggler=straggler,
         bits_sent=by_sender(bits),
         airtime_s=airtime_s,
@@ -144,6 +172,21 @@ def round_cost(
         finish_s=finish_s.astype(jnp.float32),
         round_s=jnp.where(real, finish_s, 0.0).max().astype(jnp.float32),
     )
+
+
+def cost_records(cost: RoundCost) -> dict[str, jax.Array]:
+    """A round's cost as records: per slot `[S]` ``bits_sent``, ``airtime_s``, ``energy_j``
+    (as sender) and ``finish_s`` (as receiver), ``round_s`` `[]`, per link `[S, K]`
+    ``link_attempts`` and ``link_straggler``. The clock is the running sum of ``round_s``."""
+    return {
+        "bits_sent": cost.bits_sent,
+        "airtime_s": cost.airtime_s,
+        "energy_j": cost.energy_j,
+        "finish_s": cost.finish_s,
+        "round_s": cost.round_s,
+        "link_attempts": cost.attempts,
+        "link_straggler": cost.straggler,
+    }
 
 
 def _by_sender(neighbors: jax.Array, s: int) -> Any:
