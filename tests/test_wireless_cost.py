@@ -234,6 +234,20 @@ def test_three_nodes_clock_parallel_serial_and_deadline():
     np.testing.assert_allclose(c.bits_sent, _three().bits_sent)  # stragglers still cost
 
 
+def test_inactive_slots_spend_nothing_and_do_not_set_the_round():
+    cost = CostParams(efficiency=0.5, retries=2, header_bits=24)
+    # slot 0 is a sweep's padding: no list names it, its own list is empty
+    listed = LISTED.at[0].set(jnp.array([True, False, False])).at[1:, 1].set(False)
+    args = (NBR, listed, RECEIVED, PERR)
+    active = jnp.array([False, True, True])
+    setup = _setup(cost).replace(compute_s=jnp.array([0.1, 0.006, 0.005]))
+    c = round_cost(jax.random.key(0), setup, CHANNEL, 3.0, *args, active=active)
+    np.testing.assert_allclose(c.energy_j[0], 0.0)
+    np.testing.assert_allclose(c.bits_sent, 0.0)
+    np.testing.assert_allclose(c.finish_s, [0.1, 0.006, 0.005], rtol=1e-5)
+    np.testing.assert_allclose(c.round_s, 0.006, rtol=1e-5)  # the slowest active slot
+
+
 def test_payload_is_the_compressors_count():
     tree = {"w": jnp.zeros((3, 10, 4)), "b": jnp.zeros((3, 4))}
     assert Identity(value_bits=16).bits(tree) == 44 * 16  # parameters x bits per parameter

@@ -141,7 +141,8 @@ def round_cost(
       neighbors, listed, received: `[S, K]` the lists, their real entries and the link
         model's draw of the first attempt. perr: `[S, K]` (or scalar) per-attempt failure.
       sinr: `[S, K]` linear SINR (``"shannon"`` / ``"mcs"``), else None.
-      active: `[S]` real slots (default all): only they set the round's length.
+      active: `[S]` real slots (default all): only they set the round's length and spend
+        energy (a sweep's padding slots list no links, so they send nothing either).
     """
     cost, compute_s, s = setup.params, setup.compute_s, neighbors.shape[0]
     used = listed.at[:, 0].set(False)
@@ -160,8 +161,8 @@ def round_cost(
     finish_s = jnp.maximum(compute_s, waited.max(axis=1))
     by_sender = _by_sender(neighbors, s)
     airtime_s = by_sender(airtime)
-    energy = channel.tx_power_w * airtime_s + setup.compute_w * compute_s
     real = jnp.ones((s,), bool) if active is None else active
+    energy = jnp.where(real, channel.tx_power_w * airtime_s + setup.compute_w * compute_s, 0.0)
     return RoundCost(
         attempts=attempts.astype(jnp.int32),
         delivered=(used & ok & ~straggler).at[:, 0].set(True),
