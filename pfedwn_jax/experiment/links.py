@@ -44,6 +44,7 @@ from pfedwn_jax.wireless import (
     physical_received,
 )
 from pfedwn_jax.wireless._inputs import float_dtype
+from pfedwn_jax.wireless.cost import COST_SALT, cost_records, round_cost
 from pfedwn_jax.wireless.perr import default_num_nodes
 from pfedwn_jax.wireless.sparse_perr import traced_error_probability
 
@@ -112,6 +113,8 @@ class Links(flax.struct.PyTreeNode):
       params: `ChannelParams` (physical model). Static (the sub-channel count sets shapes).
       model: "ideal" (only with mobility), "bernoulli" or "physical". Static.
       stale: keep the last received model per link (`LinkTrack.cache`). Static.
+      cost: `wireless.cost.CostSetup`: count each round's bits, airtime, energy and clock,
+        with ARQ retries and a deadline deciding what arrives; or None.
       motion: `Motion` (nodes move, lists re-selected) or None.
       cache: inside a round with `stale`: `[S * K, ...]` the last model received over each
         listed link (row `s * K + k`), else None.
@@ -128,6 +131,7 @@ class Links(flax.struct.PyTreeNode):
     params: ChannelParams = flax.struct.field(pytree_node=False)
     model: str = flax.struct.field(pytree_node=False, default="bernoulli")
     stale: bool = flax.struct.field(pytree_node=False, default=False)
+    cost: Any = None
     motion: Any = None
     cache: Any = None
     source: Any = None
@@ -330,6 +334,9 @@ def begin_round(ctx: Any, track: LinkTrack | None, key: jax.Array) -> tuple[Any,
     received = sample_received(
         jax.random.fold_in(key, LINK_SALT), links, ctx.neighbors, ctx.neighbor_mask
     )
+    if links.cost is not None:  # retries and the deadline decide what arrives
+        received, more = with_cost(ctx, received, key)
+        records = {**records, **more}
     real = ctx.neighbor_mask.at[:, 0].set(False)
     rate = 1.0 - (received & real).sum() / jnp.maximum(real.sum(), 1)
     records = {**records, "link_received": received, "link_failure_rate": rate.astype(jnp.float32)}
@@ -396,6 +403,25 @@ def update_cache(cache: Any, sent: Any, neighbors: jax.Array, received: jax.Arra
         return jnp.where(got, jnp.take(p, neighbors, axis=0), c)
 
     return jax.tree.map(leaf, cache, sent)
+
+
+def with_cost(ctx: Any, received: jax.Array, key: jax.Array) -> tuple[jax.Array, dict]:
+    """`(delivered [S, K], records)`: the link draw `received` after ARQ retries and the
+    deadline (`wireless.cost.round_cost` of `ctx.links.cost`), and the round's cost."""
+    links = ctx.links
+    perr = links.perr if links.failure is None else links.failure
+    cost = round_cost(
+        jax.random.fold_in(key, COST_SALT),
+        links.cost,
+        links.params,
+        links.gamma_th,
+        ctx.neighbors,
+        ctx.neighbor_mask,
+        received,
+        perr,
+        active=links.active,
+    )
+    return cost.delivered, cost_records(cost)
 
 
 # --------------------------------------------------------------------------- mobility

@@ -37,6 +37,8 @@ from pfedwn_jax.wireless.params import ChannelParams
 from pfedwn_jax.wireless.rates import HE_MCS_TABLE, RATE_MODELS, link_rate
 
 RECEPTIONS = ("parallel", "serial")
+#: Folded into the round key for the ARQ retries (the link draw keeps its own key).
+COST_SALT = 0xC057
 
 
 class CostParams(flax.struct.PyTreeNode):
