@@ -95,3 +95,21 @@ def test_retries_recover_failing_first_attempts():
 
     assert abs(delivered(0) - 0.5) < 0.05
     assert abs(delivered(3) - (1 - 0.5**4)) < 0.03
+
+
+def test_a_runs_cost_setup_from_its_model_and_devices():
+    from pfedwn_jax.engine.compression import TopK
+    from pfedwn_jax.experiment.cost_setup import build_cost_setup, model_costs
+    from pfedwn_jax.models import get_model
+    from pfedwn_jax.wireless.devices import Devices
+
+    model = get_model("logreg", 10, (28, 28, 1))  # 784 x 10 weights + 10 biases
+    flops, bits = model_costs(model)
+    assert 4 * 7840 <= flops <= 4 * 7840 * 1.1  # forward and weight gradient: 4 d c a sample
+    assert bits == 7850 * 32
+    assert model_costs(model, TopK(k=100))[1] == 100 * (32 + 13)  # ceil(log2 7850) = 13
+    devices = Devices(jnp.array([1e9, 2e9]), jnp.array([3.0, 5.0]))
+    setup = build_cost_setup(model, CostParams(), devices, jnp.array([100, 300]), 2)
+    np.testing.assert_allclose(setup.compute_s, [flops * 200 / 1e9, flops * 600 / 2e9], rtol=1e-5)
+    np.testing.assert_allclose(setup.payload_bits, bits)
+    np.testing.assert_allclose(setup.compute_w, [3.0, 5.0])

@@ -95,17 +95,17 @@ def draw_devices(
 
 
 def train_flops_per_sample(
-    apply: Callable[[Any, jax.Array], jax.Array], params: Any, x: jax.Array, y: jax.Array
+    apply: Callable[[Any, jax.Array], jax.Array], params: Any, x: Any, y: Any
 ) -> float:
     """FLOPs of one sample's training step: XLA's count for the gradient of the mean
     cross-entropy of ``apply(params, x)`` (one client's params, a batch ``x [B, ...]``,
-    labels ``y [B]``), over `B`."""
+    labels ``y [B]``), over `B`. Arrays or ``jax.ShapeDtypeStruct``s: nothing is run."""
 
-    def loss(p: Any) -> jax.Array:
+    def loss(p: Any, x: jax.Array, y: jax.Array) -> jax.Array:
         logits = apply(p, x)
         return -jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], 1).mean()
 
-    analysis = jax.jit(jax.grad(loss)).lower(params).cost_analysis()
+    analysis = jax.jit(jax.grad(loss)).lower(params, x, y).cost_analysis()
     if isinstance(analysis, list | tuple):
         analysis = analysis[0] if analysis else None
     flops = None if analysis is None else analysis.get("flops")
