@@ -248,6 +248,27 @@ def test_inactive_slots_spend_nothing_and_do_not_set_the_round():
     np.testing.assert_allclose(c.round_s, 0.006, rtol=1e-5)  # the slowest active slot
 
 
+def test_serial_reception_against_a_queue_loop():
+    """Each receiver serves its links one at a time in the order they are ready (ties by
+    column): a plain loop over random ready times, airtimes and unused links."""
+    from pfedwn_jax.wireless.cost import _finish_times
+
+    rng = np.random.default_rng(4)
+    ready = np.round(rng.uniform(0, 1, (6, 7)), 1)  # rounded: ties happen
+    air = rng.uniform(0.05, 0.5, (6, 7))
+    used = rng.uniform(size=(6, 7)) < 0.7
+    got = np.asarray(
+        _finish_times("serial", jnp.asarray(ready), jnp.asarray(air), jnp.asarray(used))
+    )
+    want = np.zeros_like(ready)
+    for i in range(6):
+        t = -np.inf
+        for k in sorted(np.flatnonzero(used[i]), key=lambda k: (ready[i, k], k)):
+            t = max(t, ready[i, k]) + air[i, k]
+            want[i, k] = t
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
 def test_payload_is_the_compressors_count():
     tree = {"w": jnp.zeros((3, 10, 4)), "b": jnp.zeros((3, 4))}
     assert Identity(value_bits=16).bits(tree) == 44 * 16  # parameters x bits per parameter

@@ -203,14 +203,15 @@ def _finish_times(
     """`[S, K]` when each used link's model (all its attempts) has reached its receiver."""
     if reception == "parallel":
         return ready + airtime
-    # serial: per receiver, links in ready order; the k-th ends at
-    # C_k + max_{l <= k} (r_l - C_{l-1}), C the running sum of airtimes (one server queue)
+    # serial: per receiver, links in ready order (ties by column); link k ends at
+    # C_k + max_{l <= k} (r_l - C_l + a_l), C_k the airtime of k and every link before it
+    # (one server queue). K x K comparisons a receiver instead of a sort.
     r = jnp.where(used, ready, -jnp.inf)
-    order = jnp.argsort(r, axis=1, stable=True)
-    r_sorted = jnp.take_along_axis(r, order, 1)
-    a_sorted = jnp.take_along_axis(airtime, order, 1)
-    c = jnp.cumsum(a_sorted, axis=1)
-    start_slack = jax.lax.cummax(r_sorted - (c - a_sorted), axis=1)
-    done_sorted = c + start_slack
-    finish = jnp.zeros_like(done_sorted).at[jnp.arange(r.shape[0])[:, None], order].set(done_sorted)
+    k = jnp.arange(r.shape[1])
+    before = (r[:, None, :] < r[:, :, None]) | (
+        (r[:, None, :] == r[:, :, None]) & (k[None, :] <= k[:, None])
+    )  # [S, k, l]: link l is served no later than link k
+    c = jnp.where(before, airtime[:, None, :], 0.0).sum(axis=2)
+    slack = jnp.where(before, (r - c + airtime)[:, None, :], -jnp.inf).max(axis=2)
+    finish = c + slack
     return jnp.where(used, finish, 0.0)
