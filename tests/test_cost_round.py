@@ -87,11 +87,13 @@ def test_a_straggler_is_dropped_as_a_failed_link(stale):
 def test_retries_recover_failing_first_attempts():
     # every attempt fails with probability 0.5: one attempt delivers about half the links,
     # four attempts about 1 - 0.5^4 of them
+    keys = jax.random.split(jax.random.key(1), 400)
+    draw = lambda ctx, k: begin_round(ctx, None, k)[0].neighbor_mask[:, 1:]
+    run = jax.jit(jax.vmap(draw, in_axes=(None, 0)))  # retries a leaf: one program
+
     def delivered(retries):
         ctx = _context(math.inf, False, failure=0.5, retries=retries)
-        keys = jax.random.split(jax.random.key(1), 400)
-        run = jax.jit(jax.vmap(lambda k: begin_round(ctx, None, k)[0].neighbor_mask[:, 1:]))
-        return float(np.asarray(run(keys)).mean())
+        return float(np.asarray(run(ctx, keys)).mean())
 
     assert abs(delivered(0) - 0.5) < 0.05
     assert abs(delivered(3) - (1 - 0.5**4)) < 0.03
