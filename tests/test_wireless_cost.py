@@ -69,6 +69,11 @@ def test_rate_errors_name_the_value():
         mcs_rate(1.0, 1e6, ((5.0, 1.0), (1.0, 2.0)))
     with pytest.raises(ValueError, match="reception must be one of"):
         CostParams(reception="both")
+    for field, bad in [("efficiency", 0.0), ("efficiency", 1.5), ("retries", -1),
+                       ("retries", 1.5), ("header_bits", -8), ("deadline_s", 0.0)]:  # fmt: skip
+        with pytest.raises(ValueError, match=field):
+            CostParams(**{field: bad})
+    CostParams(retries=np.array([0, 3]), deadline_s=np.array([np.inf, 0.5]))  # sweep values
 
 
 # --------------------------------------------------------------------------------------- ARQ

@@ -29,8 +29,9 @@ from typing import Any
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from pfedwn_jax._checks import check_choice
+from pfedwn_jax._checks import INT32_MAX, check_choice, check_range, is_concrete
 from pfedwn_jax.wireless.arq import arq_attempts
 from pfedwn_jax.wireless.devices import Devices, compute_seconds
 from pfedwn_jax.wireless.params import ChannelParams
@@ -66,6 +67,13 @@ class CostParams(flax.struct.PyTreeNode):
     def __post_init__(self) -> None:
         check_choice("rate_model", self.rate_model, RATE_MODELS)
         check_choice("reception", self.reception, RECEPTIONS)
+        # concrete values only (inside jit / vmap the leaves are tracers)
+        check_range("efficiency", self.efficiency, 0.0, 1.0, low_inclusive=False)
+        check_range("retries", self.retries, 0, INT32_MAX)
+        if is_concrete(self.retries) and not np.all(np.mod(np.asarray(self.retries), 1) == 0):
+            raise ValueError(f"retries must be whole numbers; got {self.retries!r}")
+        check_range("header_bits", self.header_bits, 0.0)
+        check_range("deadline_s", self.deadline_s, 0.0, low_inclusive=False)
 
 
 class RoundCost(flax.struct.PyTreeNode):
