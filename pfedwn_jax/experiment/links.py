@@ -39,12 +39,12 @@ from pfedwn_jax.wireless import (
     ChannelParams,
     GaussianWalk,
     RandomWaypoint,
+    cost,
     error_probability,
     grid,
     physical_received,
 )
 from pfedwn_jax.wireless._inputs import float_dtype
-from pfedwn_jax.wireless.cost import COST_SALT, cost_records, round_cost
 from pfedwn_jax.wireless.perr import default_num_nodes
 from pfedwn_jax.wireless.sparse_perr import traced_error_probability
 
@@ -410,8 +410,8 @@ def with_cost(ctx: Any, received: jax.Array, key: jax.Array) -> tuple[jax.Array,
     deadline (`wireless.cost.round_cost` of `ctx.links.cost`), and the round's cost."""
     links = ctx.links
     perr = links.perr if links.failure is None else links.failure
-    cost = round_cost(
-        jax.random.fold_in(key, COST_SALT),
+    out = cost.round_cost(
+        jax.random.fold_in(key, cost.COST_SALT),
         links.cost,
         links.params,
         links.gamma_th,
@@ -421,7 +421,7 @@ def with_cost(ctx: Any, received: jax.Array, key: jax.Array) -> tuple[jax.Array,
         perr,
         active=links.active,
     )
-    return cost.delivered, cost_records(cost)
+    return out.delivered, cost.cost_records(out)
 
 
 # --------------------------------------------------------------------------- mobility
