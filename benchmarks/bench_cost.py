@@ -21,8 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from pfedwn_jax.wireless import ChannelParams
+from pfedwn_jax.wireless.compute import draw_devices
 from pfedwn_jax.wireless.cost import CostParams, CostSetup, make_cost_setup, round_cost
-from pfedwn_jax.wireless.devices import draw_devices
 
 MLP_PARAMS, MLP_FLOPS = 199_210, 8.8e5  # the MLP on MNIST (experiment.cost_setup.model_costs)
 

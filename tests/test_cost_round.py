@@ -103,7 +103,7 @@ def test_a_runs_cost_setup_from_its_model_and_devices():
     from pfedwn_jax.engine.compression import TopK
     from pfedwn_jax.experiment.cost_setup import build_cost_setup, model_costs
     from pfedwn_jax.models import get_model
-    from pfedwn_jax.wireless.devices import Devices
+    from pfedwn_jax.wireless.compute import Devices
 
     model = get_model("logreg", 10, (28, 28, 1))  # 784 x 10 weights + 10 biases
     flops, bits = model_costs(model)

@@ -14,6 +14,7 @@ import pytest
 from pfedwn_jax.engine.compression import Identity, Quantize
 from pfedwn_jax.wireless import ChannelParams
 from pfedwn_jax.wireless.arq import arq_attempts, expected_attempts
+from pfedwn_jax.wireless.compute import Devices
 from pfedwn_jax.wireless.cost import (
     CostParams,
     CostSetup,
@@ -22,7 +23,6 @@ from pfedwn_jax.wireless.cost import (
     round_cost,
     subchannel_hz,
 )
-from pfedwn_jax.wireless.devices import Devices
 from pfedwn_jax.wireless.rates import HE_MCS_TABLE, link_rate, mcs_index, mcs_rate, shannon_rate
 
 

@@ -10,8 +10,8 @@ import jax.numpy as jnp
 
 from pfedwn_jax.engine.compression import Identity
 from pfedwn_jax.models import Model
+from pfedwn_jax.wireless.compute import Devices, train_flops_per_sample
 from pfedwn_jax.wireless.cost import CostParams, CostSetup, make_cost_setup
-from pfedwn_jax.wireless.devices import Devices, train_flops_per_sample
 
 #: The batch whose gradient XLA counts (per-sample FLOPs = its count / this).
 FLOPS_BATCH = 8
@@ -19,7 +19,7 @@ FLOPS_BATCH = 8
 
 def model_costs(model: Model, compressor: Any = None) -> tuple[float, int]:
     """`(training FLOPs a sample, bits of one model sent)` of ``model``: XLA's count of its
-    gradient (`wireless.devices.train_flops_per_sample`, shapes only, nothing initialised)
+    gradient (`wireless.compute.train_flops_per_sample`, shapes only, nothing initialised)
     and ``compressor.bits`` (``engine.compression``; default ``Identity()``: 32 bits a
     parameter)."""
     params = jax.eval_shape(model.init, jax.random.key(0))

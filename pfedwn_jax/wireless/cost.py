@@ -33,7 +33,7 @@ import numpy as np
 
 from pfedwn_jax._checks import INT32_MAX, check_choice, check_range, is_concrete
 from pfedwn_jax.wireless.arq import arq_attempts
-from pfedwn_jax.wireless.devices import Devices, compute_seconds
+from pfedwn_jax.wireless.compute import Devices, compute_seconds
 from pfedwn_jax.wireless.params import ChannelParams
 from pfedwn_jax.wireless.rates import HE_MCS_TABLE, RATE_MODELS, link_rate
 
@@ -124,8 +124,8 @@ def make_cost_setup(
     epochs: int,
 ) -> CostSetup:
     """The `CostSetup` of a run: ``payload_bits`` (a compressor's ``bits(tree)``), each slot's
-    device (`devices.Devices`) and its training work (``flops_per_sample x samples [S] x
-    epochs``, ``devices.compute_seconds``)."""
+    device (`compute.Devices`) and its training work (``flops_per_sample x samples [S] x
+    epochs``, ``compute.compute_seconds``)."""
     compute = compute_seconds(flops_per_sample, samples, epochs, devices.flops_per_s)
     return CostSetup(params, jnp.asarray(payload_bits, jnp.float32), compute, devices.power_w)
 

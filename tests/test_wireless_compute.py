@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pfedwn_jax.results.cost_curves import cumulative, first_reaching
-from pfedwn_jax.wireless.devices import (
+from pfedwn_jax.wireless.compute import (
     DEVICE_PROFILES,
     compute_seconds,
     draw_devices,
