@@ -12,8 +12,12 @@ import numpy as np
 import pytest
 
 from pfedwn_jax.algorithms import RoundContext, neighbor_lists
+from pfedwn_jax.engine.compression import TopK
+from pfedwn_jax.experiment.cost_setup import build_cost_setup, model_costs
 from pfedwn_jax.experiment.links import Links, begin_round, end_round, init_track
+from pfedwn_jax.models import get_model
 from pfedwn_jax.wireless import ChannelParams
+from pfedwn_jax.wireless.compute import Devices
 from pfedwn_jax.wireless.cost import CostParams, CostSetup
 
 S = 3
@@ -100,11 +104,6 @@ def test_retries_recover_failing_first_attempts():
 
 
 def test_a_runs_cost_setup_from_its_model_and_devices():
-    from pfedwn_jax.engine.compression import TopK
-    from pfedwn_jax.experiment.cost_setup import build_cost_setup, model_costs
-    from pfedwn_jax.models import get_model
-    from pfedwn_jax.wireless.compute import Devices
-
     model = get_model("logreg", 10, (28, 28, 1))  # 784 x 10 weights + 10 biases
     flops, bits = model_costs(model)
     assert 4 * 7840 <= flops <= 4 * 7840 * 1.1  # forward and weight gradient: 4 d c a sample
