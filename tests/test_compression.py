@@ -112,6 +112,14 @@ def test_topk_sends_exactly_k_values_and_carries_the_rest():
     np.testing.assert_allclose(_rows(state), ref_memory, rtol=1e-6, atol=1e-6)
 
 
+def test_topk_without_error_feedback_sends_the_inputs_k_largest():
+    op, tree = TopK(k=4, error_feedback=False), _tree(2)
+    out = jax.jit(op.apply)(tree, op.init(tree), jax.random.key(0))
+    assert out.state == ()
+    ref, _ = _topk_reference([_rows(tree)], k=4)  # one step from zero memory
+    np.testing.assert_allclose(_rows(out.received), ref[0], rtol=1e-6)
+
+
 def test_topk_bits_count_values_and_indices():
     # 17 parameters: a 5-bit index (ceil(log2 17)) and a 32-bit value for each of k = 3
     assert TopK(k=3).bits(_tree()) == 3 * (32 + 5)

@@ -21,7 +21,8 @@ All are pure, jittable and vmappable (over runs: the operator carries no traced 
   (QSGD Lemma 3.1). Cost: ``bits`` per coordinate (sign and level) plus ``norm_bits`` per bucket.
 - ``TopK``: top-k with error feedback (Stich et al., 2018): the slot adds its error memory to
   the tree, sends the `k` entries of largest magnitude of that sum (over all leaves together)
-  and keeps the rest as its new memory, so nothing is lost, only delayed. Cost per slot:
+  and keeps the rest as its new memory, so nothing is lost, only delayed
+  (``error_feedback=False``: plain top-k of the input, no memory). Cost per slot:
   ``k (value_bits + ceil(log2 D))``, an index of ``ceil(log2 D)`` bits for each of the `k`
   values of a `D`-parameter model.
 """
@@ -151,17 +152,20 @@ def _unflatten_slots(flat: jax.Array, like: PyTree) -> PyTree:
 @flax.struct.dataclass
 class TopK:
     """Top-k with error feedback: sends ``k`` values per slot (over all its parameters),
-    ``value_bits`` bits each plus a ``ceil(log2 D)``-bit index; state: the error memory."""
+    ``value_bits`` bits each plus a ``ceil(log2 D)``-bit index; state: the error memory.
+    ``error_feedback=False``: plain top-k of the input, no memory (state ``()``), for a
+    method that keeps its own (CHOCO-SGD's public copies)."""
 
     k: int = flax.struct.field(pytree_node=False, default=1)
     value_bits: int = flax.struct.field(pytree_node=False, default=32)
+    error_feedback: bool = flax.struct.field(pytree_node=False, default=True)
 
     def _k(self, tree: PyTree) -> int:
         total = sum(_slot_sizes(tree)[1])
         return check_int("k", self.k, 1, total)
 
     def init(self, tree: PyTree) -> PyTree:
-        return jax.tree.map(jnp.zeros_like, tree)
+        return jax.tree.map(jnp.zeros_like, tree) if self.error_feedback else ()
 
     def bits(self, tree: PyTree) -> int:
         total = sum(_slot_sizes(tree)[1])
@@ -170,12 +174,13 @@ class TopK:
 
     def apply(self, tree: PyTree, state: PyTree, key: jax.Array) -> Compressed:
         del key
-        flat = _flatten_slots(jax.tree.map(jnp.add, tree, state))
+        carried = jax.tree.map(jnp.add, tree, state) if self.error_feedback else tree
+        flat = _flatten_slots(carried)
         _, idx = jax.lax.top_k(jnp.abs(flat), self._k(tree))
         rows = jnp.arange(flat.shape[0])[:, None]
         sent = jnp.zeros_like(flat).at[rows, idx].set(flat[rows, idx])
         received = _unflatten_slots(sent, tree)
-        error = _unflatten_slots(flat - sent, state)
+        error = _unflatten_slots(flat - sent, state) if self.error_feedback else state
         return Compressed(received, _per_slot(tree, self.bits(tree)), error)
 
 

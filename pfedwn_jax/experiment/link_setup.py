@@ -84,6 +84,8 @@ class Links(flax.struct.PyTreeNode):
       params: `ChannelParams` (physical model). Static (the sub-channel count sets shapes).
       model: "ideal" (only with mobility), "bernoulli" or "physical". Static.
       stale: keep the last received model per link (`LinkTrack.cache`). Static.
+      cost: `wireless.cost.CostSetup`: count each round's bits, airtime, energy and clock,
+        with ARQ retries and a deadline deciding what arrives; or None.
       motion: `Motion` (nodes move, lists re-selected) or None.
       cache: inside a round with `stale`: `[S * K, ...]` the last model received over each
         listed link (row `s * K + k`), else None.
@@ -102,6 +104,7 @@ class Links(flax.struct.PyTreeNode):
     params: ChannelParams = flax.struct.field(pytree_node=False)
     model: str = flax.struct.field(pytree_node=False, default="bernoulli")
     stale: bool = flax.struct.field(pytree_node=False, default=False)
+    cost: Any = None
     motion: Any = None
     cache: Any = None
     source: Any = None

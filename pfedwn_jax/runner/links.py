@@ -39,6 +39,7 @@ from pfedwn_jax.wireless import (
     ChannelParams,
     GaussianWalk,
     RandomWaypoint,
+    cost,
     error_probability,
     grid,
     physical_received,
@@ -160,6 +161,9 @@ def begin_round(ctx: Any, track: LinkTrack | None, key: jax.Array) -> tuple[Any,
     received = sample_received(
         jax.random.fold_in(key, LINK_SALT), links, ctx.neighbors, ctx.neighbor_mask
     )
+    if links.cost is not None:  # retries and the deadline decide what arrives
+        received, more = with_cost(ctx, received, key)
+        records = {**records, **more}
     real = ctx.neighbor_mask.at[:, 0].set(False)
     rate = 1.0 - (received & real).sum() / jnp.maximum(real.sum(), 1)
     records = {**records, "link_received": received, "link_failure_rate": rate.astype(jnp.float32)}
@@ -227,6 +231,25 @@ def update_cache(cache: Any, sent: Any, neighbors: jax.Array, received: jax.Arra
         return jnp.where(got, jnp.take(p, neighbors, axis=0), c)
 
     return jax.tree.map(leaf, cache, sent)
+
+
+def with_cost(ctx: Any, received: jax.Array, key: jax.Array) -> tuple[jax.Array, dict]:
+    """`(delivered [S, K], records)`: the link draw `received` after ARQ retries and the
+    deadline (`wireless.cost.round_cost` of `ctx.links.cost`), and the round's cost."""
+    links = ctx.links
+    perr = links.perr if links.failure is None else links.failure
+    out = cost.round_cost(
+        jax.random.fold_in(key, cost.COST_SALT),
+        links.cost,
+        links.params,
+        links.gamma_th,
+        ctx.neighbors,
+        ctx.neighbor_mask,
+        received,
+        perr,
+        active=links.active,
+    )
+    return out.delivered, cost.cost_records(out)
 
 
 # --------------------------------------------------------------------------- mobility

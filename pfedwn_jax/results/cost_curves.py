@@ -1,0 +1,38 @@
+"""Time-to-accuracy and energy-to-accuracy: where a curve first reaches a target.
+
+Pure NumPy over curves with a leading batch of runs (`[..., R]`, one entry per recorded
+round). The x axis is whatever was spent by that round: the cumulative simulated clock
+(``clock_s``), the cumulative energy (``energy_j`` summed over slots and rounds), bits, or
+the round number itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def cumulative(per_round: Any) -> np.ndarray:
+    """`[..., R]` running total of a per-round cost `[..., R]` (the round's spend included)."""
+    return np.cumsum(np.asarray(per_round, np.float64), axis=-1)
+
+
+def first_reaching(values: Any, spent: Any, target: float, relative: bool = False) -> np.ndarray:
+    """`[...]` the ``spent`` (`[..., R]`, non-decreasing) at the first round whose ``values``
+    (`[..., R]`, e.g. accuracy) reach ``target``: an absolute level, or with ``relative`` a
+    fraction of the curve's final value. NaN where the curve never reaches it (or its
+    final value is NaN)."""
+    values, spent = np.asarray(values, np.float64), np.asarray(spent, np.float64)
+    if values.shape != spent.shape or values.ndim < 1 or values.shape[-1] == 0:
+        raise ValueError(
+            "values and spent must be curves of one shape [..., rounds]; "
+            f"got {values.shape} and {spent.shape}"
+        )
+    if relative and not 0.0 < target <= 1.0:
+        raise ValueError(f"a relative target must be in (0, 1]; got {target!r}")
+    level = target * values[..., -1:] if relative else np.full((*values.shape[:-1], 1), target)
+    hit = values >= level  # NaN compares False
+    first = np.argmax(hit, axis=-1)
+    found = np.take_along_axis(spent, first[..., None], -1)[..., 0]
+    return np.where(hit.any(axis=-1), found, np.nan)
