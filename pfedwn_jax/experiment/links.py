@@ -34,7 +34,12 @@ import numpy as np
 
 from pfedwn_jax.algorithms import neighbor_lists
 from pfedwn_jax.experiment.config import ExperimentConfig
-from pfedwn_jax.experiment.federation import Federation, channel_params, network_perr
+from pfedwn_jax.experiment.federation import (
+    Federation,
+    channel_params,
+    network_perr,
+    shadow_matrix,
+)
 from pfedwn_jax.wireless import (
     ChannelParams,
     GaussianWalk,
@@ -44,6 +49,7 @@ from pfedwn_jax.wireless import (
     physical_received,
 )
 from pfedwn_jax.wireless._inputs import float_dtype
+from pfedwn_jax.wireless.fading import Fading, traced_fading
 from pfedwn_jax.wireless.perr import default_num_nodes
 from pfedwn_jax.wireless.sparse_perr import traced_error_probability
 
@@ -109,7 +115,11 @@ class Links(flax.struct.PyTreeNode):
       active: `[S]` bool, slots that transmit (every real slot; False on a sweep's padding).
       gamma_th: `[]` float32 SINR threshold.
       failure: `[]` float32 fixed failure probability, or None (each link's P_err).
-      params: `ChannelParams` (physical model). Static (the sub-channel count sets shapes).
+      params: `ChannelParams` (physical model). Static (the sub-channel count sets shapes);
+        its fading is the kind's default, the run's is `fading`.
+      fading: the run's `wireless.fading.Fading` with its parameter and mean power `[]`
+        float32 leaves (runs that differ only in them share a program), or None (Rayleigh:
+        all in `params`); see `channel`.
       model: "ideal" (only with mobility), "bernoulli" or "physical". Static.
       stale: keep the last received model per link (`LinkTrack.cache`). Static.
       motion: `Motion` (nodes move, lists re-selected) or None.
@@ -126,6 +136,7 @@ class Links(flax.struct.PyTreeNode):
     gamma_th: jax.Array
     failure: Any
     params: ChannelParams = flax.struct.field(pytree_node=False)
+    fading: Any = None
     model: str = flax.struct.field(pytree_node=False, default="bernoulli")
     stale: bool = flax.struct.field(pytree_node=False, default=False)
     motion: Any = None
@@ -133,12 +144,18 @@ class Links(flax.struct.PyTreeNode):
     source: Any = None
     reselected: Any = None
 
+    def channel(self) -> ChannelParams:
+        """The run's `ChannelParams`: `params` with the (traced) `fading`."""
+        return self.params if self.fading is None else self.params.replace(fading=self.fading)
+
 
 def slot_perr(fed: Federation, config: ExperimentConfig) -> np.ndarray:
     """`[S, S]` P_err of link j -> i between the slots (all network nodes interfering)."""
     if fed.mode == "network":
         return np.asarray(fed.perr)
-    full = network_perr(fed.positions, config.gamma_th, channel_params(config), config.moments)
+    params, n = channel_params(config), len(fed.positions)
+    shadow = shadow_matrix(config, n)
+    full = network_perr(fed.positions, config.gamma_th, params, config.moments, shadow=shadow)
     return full[np.ix_(fed.data_client, fed.data_client)]
 
 
@@ -162,11 +179,23 @@ def build_links(fed: Federation, config: ExperimentConfig) -> Links | None:
         active=jnp.ones((s,), bool),
         gamma_th=jnp.float32(config.gamma_th),
         failure=failure,
-        params=channel_params(config),
+        **_channel_split(config),
         model=config.link_model,
         stale=config.stale,
         motion=_motion(fed, config, lists.shape[1] - 1),
     )
+
+
+def _channel_split(config: ExperimentConfig) -> dict[str, Any]:
+    """`params` (static) and `fading` (dynamic) of the `Links` of `config`: Rayleigh, which
+    has no shape parameter, stays all static (None)."""
+    params = channel_params(config)
+    if params.fading.kind == "rayleigh":
+        return {"params": params, "fading": None}
+    return {
+        "params": params.replace(fading=Fading.of(params.fading.kind)),
+        "fading": traced_fading(params.fading),
+    }
 
 
 def _motion(fed: Federation, config: ExperimentConfig, width: int) -> Motion | None:
@@ -241,7 +270,7 @@ def sample_received(
             neighbors.reshape(-1),
             links.active,
             links.gamma_th,
-            links.params,
+            links.channel(),
         ).reshape(s, k)
         got = got & neighbor_mask
     return got.at[:, 0].set(True)
@@ -408,7 +437,7 @@ def _moved(ctx: Any, track: LinkTrack) -> tuple[Any, dict]:
     nbr, mask = track.neighbors, track.neighbor_mask
     full = None
     if m.reselect_every > 0 or m.track_perr:
-        full = slot_perr_matrix(pos, links.gamma_th, links.params, m.moments)
+        full = slot_perr_matrix(pos, links.gamma_th, links.channel(), m.moments)
     changed = jnp.zeros((), bool)
     if m.reselect_every > 0:
         assert full is not None
@@ -464,7 +493,7 @@ def _sparse_perr(
         idx,
         both,
         links.gamma_th,
-        links.params,
+        links.channel(),
         moments=m.moments,
         num_nodes=sp.num_nodes,
         interferers=far,
