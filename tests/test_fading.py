@@ -13,7 +13,6 @@ from __future__ import annotations
 import jax
 import numpy as np
 import pytest
-from scipy import stats
 
 from pfedwn_jax import ExperimentConfig
 from pfedwn_jax.experiment.federation import channel_params, single_target_federation
@@ -86,7 +85,7 @@ def test_perr_within_monte_carlo_error_with_400k_draws(kind, p, n, gamma_th):
     _check_formula_against_mc(kind, p, n, gamma_th, 400_000, seed=7 * n + 1)
 
 
-@pytest.mark.parametrize("kind,p", MODELS + [("rayleigh", 1.0)])
+@pytest.mark.parametrize("kind,p", [*MODELS, ("rayleigh", 1.0)])
 def test_packet_level_draws_match_the_survival_function(kind, p):
     """One link, no interferer: the packet-level simulator fails iff the best of F
     sub-channels has u < max(b, kappa), probability P(u < max(b, kappa))^F from
@@ -103,7 +102,7 @@ def test_packet_level_draws_match_the_survival_function(kind, p):
 
 
 # --------------------------------------------------------------------- scipy reference
-@pytest.mark.parametrize("kind,p", MODELS + [("nakagami", 12.0), ("rician", 25.0)])
+@pytest.mark.parametrize("kind,p", [*MODELS, ("nakagami", 12.0), ("rician", 25.0)])
 @pytest.mark.parametrize("moments", MOMENT_MODES)
 def test_perr_matches_scipy_quad(kind, p, moments):
     params = _params(kind, p)
@@ -197,7 +196,7 @@ def test_shadowing_is_symmetric_normal_and_moves_perr():
 
 
 # ------------------------------------------------------------------------------ draws
-@pytest.mark.parametrize("kind,p", MODELS + [("nakagami", 0.5), ("nakagami", 1.0), ("rician", 0.0)])
+@pytest.mark.parametrize("kind,p", [*MODELS, ("nakagami", 0.5), ("nakagami", 1.0), ("rician", 0.0)])
 def test_draws_have_the_distributions_mean_and_variance(kind, p):
     fading = Fading.of(kind, p, gamma=2.0)
     u = np.asarray(draw_power(fading, jax.random.key(11), (200_000,), np.float32), np.float64)
