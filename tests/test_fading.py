@@ -247,3 +247,28 @@ def test_config_builds_the_channel():
     )
     assert params.fading == Fading("rician", 4.0, 3.0)
     assert channel_params(ExperimentConfig(fading="nakagami")).fading.param == 1.0
+
+
+# ---------------------------------------------------------------------------- sweeps
+def test_runs_differing_in_the_fading_parameter_share_one_program():
+    """The fading parameter is a dynamic leaf of the link model: a sweep over Rician K with
+    physical links per round is one program, and each run's link draws are those of its own
+    `run()` (its own K)."""
+    from helpers import VARIED_RUN
+
+    import pfedwn_jax
+    from pfedwn_jax.sweeps import expand, run_config, sweep
+
+    config = ExperimentConfig(
+        **{**VARIED_RUN, "rounds": 3, "eps": 0.02}, algorithms=("local",),
+        link_model="physical", fading="rician",
+    )  # fmt: skip
+    result = sweep(
+        config, seeds="0", grid={"fading_param": [0.0, 8.0]}, records=("link_received",),
+        progress=False,
+    )  # fmt: skip
+    assert result.meta["programs"] == 1 and result.num_runs == 2
+    for spec in expand(config, "0", {"fading_param": [0.0, 8.0]}):
+        own = pfedwn_jax.run(run_config(config, spec), progress=False)
+        got = result.record("link_received", spec.index, "local")
+        np.testing.assert_array_equal(got, own.records("local", "link_received"))
