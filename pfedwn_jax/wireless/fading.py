@@ -61,6 +61,13 @@ class Fading(struct.PyTreeNode):
 
     def __post_init__(self) -> None:
         check_choice("fading", self.kind, FADING_KINDS)
+
+    def validate(self) -> Fading:
+        """`self`, after checking concrete numbers (`ValueError` naming the field and range).
+
+        Not run on construction: JAX rebuilds the dataclass with axis specs or placeholders
+        as leaves (`vmap` axes, stacking). `of` and `ChannelParams` call it.
+        """
         gamma, param = _numeric(self.gamma), _numeric(self.param)
         if gamma is not None:  # tracers and tree placeholders are left alone
             check_finite("fading.gamma", gamma.astype(float))
@@ -70,12 +77,13 @@ class Fading(struct.PyTreeNode):
             what = "m" if self.kind == "nakagami" else "K"
             check_finite(f"fading.param ({self.kind} {what})", param.astype(float))
             check_range(f"fading.param ({self.kind} {what})", param, low, high)
+        return self
 
     @classmethod
     def of(cls, kind: str = "rayleigh", param: Any = None, gamma: Any = 2.0) -> Fading:
         """The model `kind` with `param` (None: the value at which it is Rayleigh)."""
         check_choice("fading", kind, FADING_KINDS)
-        return cls(kind, DEFAULT_PARAM[kind] if param is None else param, gamma)
+        return cls(kind, DEFAULT_PARAM[kind] if param is None else param, gamma).validate()
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-Python record of the model."""

@@ -75,7 +75,9 @@ class ChannelParams(struct.PyTreeNode):
     shadowing_db: Any = 0.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.fading, Fading) and _concrete_numeric(self.fading) is not None:
+        if isinstance(self.fading, Fading):
+            self.fading.validate()
+        elif _concrete_numeric(self.fading) is not None:
             raise ValueError(
                 f"ChannelParams.fading must be a wireless.fading.Fading (e.g. "
                 f"Fading.of('nakagami', 2.0)); got {self.fading!r}"
