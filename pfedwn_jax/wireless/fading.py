@@ -180,13 +180,18 @@ def survival(fading: Fading, u: Any) -> Any:
     p = jnp.asarray(fading.param, u.dtype)
     if fading.kind == "nakagami":
         return gammaincc(p, p * u)
-    i = jnp.arange(_RICIAN_TERMS, dtype=u.dtype)
-    tail = jnp.where(i > 0, gammainc(jnp.maximum(i, 1.0), p), 1.0)  # P(J >= i)
-    log_tail = jnp.log(jnp.maximum(tail, jnp.finfo(u.dtype).tiny))
-    x = ((p + 1.0) * u)[..., None]
-    safe = jnp.maximum(x, jnp.finfo(u.dtype).tiny)
-    terms = jnp.exp(-x + i * jnp.log(safe) - gammaln(i + 1.0) + log_tail)
-    return jnp.where(x[..., 0] > 0, jnp.sum(jnp.where(tail > 0, terms, 0.0), axis=-1), 1.0)
+    x = (p + 1.0) * u
+    log_x = jnp.log(jnp.maximum(x, jnp.finfo(u.dtype).tiny))
+    tiny = jnp.finfo(u.dtype).tiny
+
+    def term(i: Any, total: Any) -> Any:  # one term at a time: memory of one [...] array
+        k = i.astype(u.dtype)
+        tail = jnp.where(i > 0, gammainc(jnp.maximum(k, 1.0), p), 1.0)  # P(J >= i)
+        log_t = -x + k * log_x - gammaln(k + 1.0) + jnp.log(jnp.maximum(tail, tiny))
+        return total + jnp.where(tail > 0, jnp.exp(log_t), 0.0)
+
+    total = jax.lax.fori_loop(0, _RICIAN_TERMS, term, jnp.zeros_like(x))
+    return jnp.where(x > 0, total, 1.0)
 
 
 def pdf(fading: Fading, u: Any) -> Any:
