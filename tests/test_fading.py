@@ -274,6 +274,7 @@ def test_runs_differing_in_the_fading_parameter_share_one_program():
         np.testing.assert_array_equal(got, own.records("local", "link_received"))
 
 
+@pytest.mark.slow
 def test_moving_nodes_under_nakagami_fading_sweep_in_one_program():
     """Mobility re-computes P_err and re-selects inside the compiled round with the run's own
     (traced) Nakagami m: a sweep over m is one program, each run equal to its own `run()`."""
