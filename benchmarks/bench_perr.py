@@ -10,6 +10,11 @@ timed --best-of times and keeps its fastest; the speed-up is the median over rou
 (JAX links/s) / (scipy links/s). Writes a table and JSON (--out).
 
     python benchmarks/bench_perr.py [--targets 20000] [--scipy-links 1400] [--out runs/...]
+        [--fading nakagami:2] [--dtypes float32]
+
+`--fading kind[:param]` times another fading model (`wireless.fading`; Rayleigh, the paper's,
+by default): its P_err by Gauss-Legendre quadrature against scipy quad of the same integral
+with scipy.stats' amplitude law (`reference.link_integral`).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import jax
 import numpy as np
 
 from pfedwn_jax.io import atomic_write_json
-from pfedwn_jax.wireless import ChannelParams, error_probability
+from pfedwn_jax.wireless import ChannelParams, Fading, error_probability
 from pfedwn_jax.wireless.reference import QUAD_OPTS, link_integral, link_statistics
 
 
@@ -33,19 +38,24 @@ def _topologies(targets: int, neighbors: int, seed: int) -> tuple[np.ndarray, np
     return rng.uniform(0, area, (targets, 2)), rng.uniform(0, area, (targets, neighbors, 2))
 
 
+def channel(spec: str) -> ChannelParams:
+    """Table I with the fading model `spec` ("rayleigh", "nakagami:2", "rician:4")."""
+    kind, _, param = spec.partition(":")
+    return ChannelParams(fading=Fading.of(kind, float(param) if param else None))
+
+
 def _vectorized_seconds(
-    t: np.ndarray, nb: np.ndarray, gamma_th: float, moments: str, x64: bool
+    t: np.ndarray, nb: np.ndarray, gamma_th: float, moments: str, x64: bool, params: ChannelParams
 ) -> tuple[float, np.ndarray]:
     """Wall time of one call (already compiled) and its result in float64."""
     with jax.enable_x64(x64):
         start = time.perf_counter()
-        out = error_probability(t, nb, gamma_th, moments=moments).block_until_ready()
+        out = error_probability(t, nb, gamma_th, params, moments=moments).block_until_ready()
         return time.perf_counter() - start, np.asarray(out, np.float64)
 
 
-def _scipy_seconds(stats: list, gamma_th: float) -> tuple[float, np.ndarray]:
+def _scipy_seconds(stats: list, gamma_th: float, params: ChannelParams) -> tuple[float, np.ndarray]:
     """Wall time of quad over every link in `stats` (moments precomputed) and the values."""
-    params = ChannelParams()
     start = time.perf_counter()
     vals = [
         link_integral(c[s], mean[s], var[s], gamma_th, params)
@@ -70,6 +80,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="each round times scipy and JAX this often and keeps the fastest",
     )
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--fading", default="rayleigh", help="kind[:param], e.g. rician:4")
+    ap.add_argument("--dtypes", default="float32,float64", help="comma-separated")
     ap.add_argument("--out", default="runs/bench_perr.json")
     return ap.parse_args(argv)
 
@@ -83,22 +95,23 @@ def measure(args: argparse.Namespace) -> dict:
     t, nb = _topologies(args.targets, args.neighbors, args.seed)
     links = t.shape[0] * args.neighbors
     per_round = max(1, args.scipy_links // args.neighbors // args.rounds)
-    params = ChannelParams()
-    for x64 in (False, True):  # compile both dtypes before timing
-        _vectorized_seconds(t, nb, args.gamma_th, args.moments, x64)
+    params = channel(args.fading)
+    dtypes = [(d, d == "float64") for d in args.dtypes.split(",")]
+    for _, x64 in dtypes:  # compile every dtype before timing
+        _vectorized_seconds(t, nb, args.gamma_th, args.moments, x64, params)
     m = {"links": links, "sp_secs": [], "sp_links": 0}
-    m.update(vec_secs={"float32": [], "float64": []}, speed={"float32": [], "float64": []})
-    m["diffs"] = {"float32": 0.0, "float64": 0.0}
+    m.update(vec_secs={d: [] for d, _ in dtypes}, speed={d: [] for d, _ in dtypes})
+    m["diffs"] = {d: 0.0 for d, _ in dtypes}
     for r in range(args.rounds):
         idx = range(r * per_round, (r + 1) * per_round)
         stats = [link_statistics(t[i], nb[i], params, args.moments) for i in idx]
-        runs = [_scipy_seconds(stats, args.gamma_th) for _ in range(args.best_of)]
+        runs = [_scipy_seconds(stats, args.gamma_th, params) for _ in range(args.best_of)]
         secs, ref = min(r[0] for r in runs), runs[0][1]
         m["sp_secs"].append(secs)
         m["sp_links"] += ref.size
-        for name, x64 in (("float32", False), ("float64", True)):
+        for name, x64 in dtypes:
             runs = [
-                _vectorized_seconds(t, nb, args.gamma_th, args.moments, x64)
+                _vectorized_seconds(t, nb, args.gamma_th, args.moments, x64, params)
                 for _ in range(args.best_of)
             ]
             vsecs, vals = min(r[0] for r in runs), runs[0][1]
@@ -112,7 +125,7 @@ def measure(args: argparse.Namespace) -> dict:
 def summarize(args: argparse.Namespace, m: dict) -> dict:
     """The JSON result: one row per dtype, the scipy baseline and the machine."""
     rows = []
-    for name in ("float32", "float64"):
+    for name in m["vec_secs"]:
         secs, speed = m["vec_secs"][name], m["speed"][name]
         rows.append(
             {
@@ -130,6 +143,7 @@ def summarize(args: argparse.Namespace, m: dict) -> dict:
     sp_secs = sum(m["sp_secs"])
     return {
         "benchmark": "perr_quadrature",
+        "fading": args.fading,
         "moments": args.moments,
         "gamma_th": args.gamma_th,
         "neighbors_per_target": args.neighbors,

@@ -143,7 +143,7 @@ def test_physical_matches_packet_level_monte_carlo_and_formula_bounds():
     assert np.all(np.abs(rate - mc) <= z_max * sd), (rate, mc)
     # Formula (paper moments): P_err <= e^{-b} while the packet-level loss includes not
     # transmitting at all, (1 - e^{-b})^F; losses rank like P_err (distance).
-    b = P.fading_threshold**2 / P.rayleigh_gamma
+    b = P.fading_threshold**2 / P.fading.gamma
     floor = (1 - math.exp(-b)) ** P.num_subchannels
     perr = np.asarray(error_probability(t, nb, 5.0))
     assert np.all(perr <= math.exp(-b) + 1e-6)
@@ -158,8 +158,8 @@ def test_physical_without_interferers_matches_closed_form(params):
     active = jnp.array([False, True, False])  # node 2 is idle: it must not interfere
     gamma_th, rounds = 10.0, 5000
     c = params.tx_power_w * float(path_gain(30.0, params))
-    kappa = gamma_th * params.noise_w / (c * params.rayleigh_gamma)
-    b = params.fading_threshold**2 / params.rayleigh_gamma
+    kappa = gamma_th * params.noise_w / (c * params.fading.gamma)
+    b = params.fading_threshold**2 / params.fading.gamma
     p_fail = (1 - math.exp(-max(b, kappa))) ** params.num_subchannels
     ok = _physical_rounds(
         jax.random.key(13), rounds, pos, jnp.array([0]), jnp.array([1]), active, gamma_th, params

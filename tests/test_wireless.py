@@ -32,7 +32,7 @@ P = ChannelParams()
 
 
 def test_table_one_defaults_and_derived_quantities():
-    assert (P.area_m, P.num_subchannels, P.rayleigh_gamma, P.pathloss_exp, P.d0_m) == (
+    assert (P.area_m, P.num_subchannels, P.fading.gamma, P.pathloss_exp, P.d0_m) == (
         50.0,
         14,
         2.0,
@@ -58,7 +58,7 @@ def test_table_one_defaults_and_derived_quantities():
         ("area_m", -5.0),
         ("num_subchannels", 0),
         ("num_subchannels", 2.5),
-        ("rayleigh_gamma", 0.0),
+        ("shadowing_db", -1.0),
         ("pathloss_exp", -1.0),
         ("d0_m", 0.0),
         ("tx_power_w", -0.1),

@@ -53,8 +53,8 @@ def test_physical_without_interferers_matches_closed_form(params):
     t, nb = np.zeros(2), np.array([[24.0, 18.0]])  # 30 m
     gamma_th, draws = 10.0, 40_000
     c = params.tx_power_w * float(path_gain(30.0, params))
-    kappa = gamma_th * params.noise_w / (c * params.rayleigh_gamma)
-    b = params.fading_threshold**2 / params.rayleigh_gamma
+    kappa = gamma_th * params.noise_w / (c * params.fading.gamma)
+    b = params.fading_threshold**2 / params.fading.gamma
     p_fail = (1 - math.exp(-max(b, kappa))) ** params.num_subchannels
     ok = simulate_links(jax.random.key(1), t, nb, gamma_th, draws, params)
     _assert_rate(ok, np.array([p_fail]), draws)
@@ -62,7 +62,7 @@ def test_physical_without_interferers_matches_closed_form(params):
 
 def _one_interferer_failure(c_s, c_r, gamma_th, params):
     """Exact failure probability of link s with a single interferer r (scipy quad)."""
-    f, g = params.num_subchannels, params.rayleigh_gamma
+    f, g = params.num_subchannels, params.fading.gamma
     b = params.fading_threshold**2 / g
     q = (1 - (1 - math.exp(-b)) ** f) / f
 
@@ -103,7 +103,7 @@ def test_physical_with_one_interferer_matches_exact_integral():
 
 def test_interference_moments_match_sampled_models():
     rng = np.random.default_rng(5)
-    n, f, g, beta = 400_000, P.num_subchannels, P.rayleigh_gamma, P.fading_threshold
+    n, f, g, beta = 400_000, P.num_subchannels, P.fading.gamma, P.fading_threshold
     h2 = rng.exponential(g, size=(n, f))  # squared Rayleigh amplitudes on each sub-channel
     # physical: power on sub-channel 0 if it is the argmax and the amplitude >= beta
     z = np.where((h2.argmax(1) == 0) & (h2[:, 0] >= beta**2), h2[:, 0], 0.0)

@@ -22,6 +22,7 @@ from pfedwn_jax.wireless import (
     MOMENT_MODES,
     ChannelParams,
     error_probability,
+    perr_ceiling,
     place_network,
     select_neighbors,
 )
@@ -96,7 +97,7 @@ def plot_heatmap(
         cmap="viridis_r",
         shading="auto",
         vmin=0.0,
-        vmax=float(np.exp(-(params.fading_threshold**2) / params.rayleigh_gamma)),
+        vmax=perr_ceiling(params, moments),
     )
     fig.colorbar(im, ax=ax, label="P_err of a neighbor at this position")
     _draw_nodes(ax, np.asarray(target), np.asarray(neighbors), perr, chosen, eps, im.norm)

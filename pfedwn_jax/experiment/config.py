@@ -34,7 +34,14 @@ from pfedwn_jax.algorithms import (
 from pfedwn_jax.data.federate import POOLS
 from pfedwn_jax.data.partition import ALL_SCHEMES
 from pfedwn_jax.models import available_models
-from pfedwn_jax.wireless import LINK_MODELS, MOMENT_MODES, ChannelParams, eps_ceiling_message
+from pfedwn_jax.wireless import (
+    FADING_KINDS,
+    LINK_MODELS,
+    MOMENT_MODES,
+    ChannelParams,
+    eps_ceiling_message,
+)
+from pfedwn_jax.wireless.params import CHANNEL_OVERRIDES, channel_params_from
 
 log = logging.getLogger("pfedwn_jax")
 
@@ -104,7 +111,15 @@ class ExperimentConfig:
       topology_seed: seed of the node placement.
       target: data client index of the target (0..num_neighbors) or "random" (drawn from
         the topology seed). Ignored in network mode (every client is a target).
-      channel: overrides of `ChannelParams` fields, e.g. `{"num_subchannels": 20}`.
+      channel: overrides of `ChannelParams` numbers, e.g. `{"num_subchannels": 20}`
+        (`wireless.params.CHANNEL_OVERRIDES`; "fading_gamma" is Gamma = E[h^2]).
+      fading: small-scale fading model: "rayleigh" (the paper's), "nakagami" or "rician"
+        (`wireless.fading`; docs/wireless.md "Fading models").
+      fading_param: its shape: Nakagami m >= 0.5 or Rician K in [0, 30] (linear); None: the
+        value at which the model is Rayleigh (m = 1, K = 0). Runs that differ only in it
+        share one compiled program.
+      shadowing_db: standard deviation (dB) of log-normal shadowing of the path loss, drawn
+        per link from the topology seed (0: none).
 
     Large networks (network mode; see docs/wireless.md "Large networks"):
       min_samples: samples every client gets at least (default 20, the partitions' own);
@@ -174,6 +189,9 @@ class ExperimentConfig:
     topology_seed: int = 0
     target: int | str = 0
     channel: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    fading: str = "rayleigh"
+    fading_param: float | None = None
+    shadowing_db: float = 0.0
     min_samples: int = 20
     node_density: float | None = None
     candidates: int | None = None
@@ -207,7 +225,7 @@ class ExperimentConfig:
         out.update(_check_training(self))
         out.update(_check_network(self))
         out.update(_check_records(self))
-        _note_eps_ceiling(out["eps"], out["moments"], out["channel"], out["selection"])
+        _note_eps_ceiling(out["eps"], out["moments"], out, out["selection"])
         return out
 
     @staticmethod
@@ -417,20 +435,21 @@ def _check_network(cfg: ExperimentConfig) -> dict[str, Any]:
         "moments": check_choice("moments", cfg.moments, MOMENT_MODES),
         "topology_seed": check_seed("topology_seed", cfg.topology_seed),
         "target": target,
-        "channel": _check_channel(cfg.channel),
+        **_check_channel(cfg),
         **_check_large(cfg, n),
         **_check_links(cfg),
     }
 
 
 def _note_eps_ceiling(
-    eps: float, moments: str, channel: Mapping[str, Any], selection: bool
+    eps: float, moments: str, checked: Mapping[str, Any], selection: bool
 ) -> None:
     """Warn (once per setting) when selection is on and `eps` is above the largest P_err of
     the formula: it then selects every neighbor, which is no selection. A warning, not an
     error: a sweep over `eps` may cross the ceiling on purpose."""
     if selection:
-        _warn_once(eps_ceiling_message(eps, ChannelParams(**channel), moments))
+        params = channel_params_from(checked["channel"], checked["fading"], checked["fading_param"])
+        _warn_once(eps_ceiling_message(eps, params, moments))
 
 
 @functools.lru_cache(maxsize=64)
@@ -469,6 +488,14 @@ def _check_links(cfg: ExperimentConfig) -> dict[str, Any]:
                 f"link_failure applies to link_model='bernoulli' only; got link_model={model!r}"
             )
     stale = check_bool("stale", cfg.stale)
+    if cfg.shadowing_db != 0 and (
+        model == "physical" or cfg.mobility != "none" or cfg.candidates is not None
+    ):
+        raise ValueError(
+            "shadowing_db applies to the P_err of placed networks (single mode, dense network "
+            "mode) with link_model 'ideal' or 'bernoulli' and no mobility; got "
+            f"link_model={model!r}, mobility={cfg.mobility!r}, candidates={cfg.candidates!r}"
+        )
     if stale and model == "ideal":
         raise ValueError("stale applies to a lossy link_model ('bernoulli' or 'physical')")
     return {
@@ -491,9 +518,10 @@ def _check_mobility(cfg: ExperimentConfig) -> dict[str, Any]:
     }
 
 
-def _check_channel(channel: Any) -> dict[str, Any]:
-    """Checked `ChannelParams` overrides: known fields, one finite number each, in range."""
-    channel = {} if channel is None else channel
+def _check_channel(cfg: ExperimentConfig) -> dict[str, Any]:
+    """Checked channel overrides (known fields, one finite number each, in range), fading model
+    and shadowing deviation."""
+    channel = {} if cfg.channel is None else cfg.channel
     if not isinstance(channel, Mapping):
         raise ValueError(
             f"channel must map ChannelParams fields to numbers, e.g. "
@@ -502,14 +530,22 @@ def _check_channel(channel: Any) -> dict[str, Any]:
     defaults = {f.name: f.default for f in dataclasses.fields(ChannelParams)}
     checked = {}
     for key, value in channel.items():
-        if key not in defaults:
+        if key not in CHANNEL_OVERRIDES:
+            where = " (a config field of its own)" if key in ("fading", "shadowing_db") else ""
             raise ValueError(
-                f"channel.{key}: unknown ChannelParams field; allowed: {sorted(defaults)}"
+                f"channel.{key}: unknown ChannelParams field{where}; allowed: "
+                f"{list(CHANNEL_OVERRIDES)}"
             )
-        check = check_int if isinstance(defaults[key], int) else check_float
+        check = check_int if isinstance(defaults.get(key), int) else check_float
         checked[key] = check(f"channel.{key}", value)
-    try:
-        ChannelParams(**checked)  # the physical ranges (positive powers, >= 1 sub-channel...)
+    fading = check_choice("fading", cfg.fading, FADING_KINDS)
+    param = cfg.fading_param
+    if param is not None:
+        param = check_float("fading_param", param)
+    shadow = check_float("shadowing_db", cfg.shadowing_db, 0.0)
+    try:  # the physical ranges (positive powers, >= 1 sub-channel, m >= 1/2...)
+        channel_params_from(checked, fading, param, shadow)
     except ValueError as e:
-        raise ValueError(str(e).replace("ChannelParams.", "channel.")) from None
-    return checked
+        msg = str(e).replace("ChannelParams.", "channel.").replace("fading.param", "fading_param")
+        raise ValueError(msg.replace("fading.gamma", "channel.fading_gamma")) from None
+    return {"channel": checked, "fading": fading, "fading_param": param, "shadowing_db": shadow}

@@ -33,9 +33,11 @@ from pfedwn_jax.wireless import (
     error_probability,
     place_network,
     select_neighbors,
+    shadowing_db,
     sparse_error_probability,
     topology_keys,
 )
+from pfedwn_jax.wireless.params import channel_params_from
 
 log = logging.getLogger("pfedwn_jax")
 
@@ -111,18 +113,13 @@ class Federation:
 
 
 def channel_params(config: ExperimentConfig) -> ChannelParams:
-    """`ChannelParams` with the config's overrides (unknown fields name `channel`); with
-    `node_density`, the area's side is `sqrt(clients / density)`."""
-    names = {f.name for f in dataclasses.fields(ChannelParams)}
-    unknown = sorted(set(config.channel) - names)
-    if unknown:
-        raise ValueError(
-            f"channel: unknown ChannelParams field(s) {unknown}; allowed: {sorted(names)}"
-        )
+    """`ChannelParams` with the config's overrides (unknown fields name `channel`), its fading
+    model and shadowing deviation; with `node_density`, the area's side is
+    `sqrt(clients / density)`."""
     overrides = dict(config.channel)
     if config.node_density is not None:
         overrides["area_m"] = float(np.sqrt(config.num_clients / config.node_density))
-    return ChannelParams(**overrides)
+    return channel_params_from(overrides, config.fading, config.fading_param, config.shadowing_db)
 
 
 def place_nodes(config: ExperimentConfig) -> tuple[np.ndarray, np.ndarray, jax.Array]:
@@ -131,6 +128,20 @@ def place_nodes(config: ExperimentConfig) -> tuple[np.ndarray, np.ndarray, jax.A
     centre, others = place_network(seed, config.num_neighbors, channel_params(config))
     spare = topology_keys(seed)[1]
     return np.asarray(centre, np.float64), np.asarray(others, np.float64), spare
+
+
+#: Folded into the topology's spare key for the shadowing draws.
+SHADOW_SALT = 0x5AD0
+
+
+def shadow_matrix(config: ExperimentConfig, n: int) -> np.ndarray | None:
+    """`[n, n]` shadowing (dB) of link j <-> i between the network's nodes (client indices),
+    drawn from the topology seed (`wireless.shadowing_db`; symmetric); None without it."""
+    if config.shadowing_db == 0:
+        return None
+    key = jax.random.fold_in(topology_keys(config.topology_seed)[1], SHADOW_SALT)
+    i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+    return np.asarray(shadowing_db(key, i, j, config.shadowing_db), np.float64)
 
 
 def _select(config: ExperimentConfig, perr: np.ndarray, valid: Any = None) -> np.ndarray:
@@ -154,8 +165,16 @@ def single_target_federation(config: ExperimentConfig) -> Federation:
     centre, others_xy, key = place_nodes(config)
     target = resolve_target(config, key)
     others = np.array([c for c in range(config.num_clients) if c != target], dtype=np.int64)
+    shadow = shadow_matrix(config, config.num_clients)
     perr = np.asarray(
-        error_probability(centre, others_xy, config.gamma_th, params, moments=config.moments),
+        error_probability(
+            centre,
+            others_xy,
+            config.gamma_th,
+            params,
+            moments=config.moments,
+            shadow_db=None if shadow is None else shadow[target, others],
+        ),
         np.float64,
     )
     selected = _select(config, perr)
@@ -183,8 +202,10 @@ def network_perr(
     params: ChannelParams,
     moments: str,
     max_elements: int = 1 << 24,
+    shadow: np.ndarray | None = None,
 ) -> np.ndarray:
-    """`[N, N]` error probabilities, `perr[i, j]` for link j -> i with all others interfering.
+    """`[N, N]` error probabilities, `perr[i, j]` for link j -> i with all others interfering
+    (`shadow`: `[N, N]` shadowing in dB of each pair, `shadow_matrix`, or None).
 
     Diagonal is 0. Batched `error_probability` calls over chunks of targets; a target's
     interference terms take `[N-1, N-1]` floats, so chunks keep about `max_elements` in memory.
@@ -197,7 +218,12 @@ def network_perr(
     for lo in range(0, n, chunk):
         rows = np.arange(lo, min(n, lo + chunk))
         p = error_probability(
-            positions[rows], positions[others[rows]], gamma_th, params, moments=moments
+            positions[rows],
+            positions[others[rows]],
+            gamma_th,
+            params,
+            moments=moments,
+            shadow_db=None if shadow is None else shadow[rows[:, None], others[rows]],
         )
         out[rows[:, None], others[rows]] = np.asarray(p, np.float64)
     return out
@@ -209,7 +235,8 @@ def network_federation(config: ExperimentConfig) -> Federation:
     centre, others_xy, _ = place_nodes(config)
     positions = np.concatenate([centre[None], others_xy], axis=0)
     n = positions.shape[0]
-    perr = network_perr(positions, config.gamma_th, params, config.moments)
+    shadow = shadow_matrix(config, n)
+    perr = network_perr(positions, config.gamma_th, params, config.moments, shadow=shadow)
     offdiag = ~np.eye(n, dtype=bool)
     selected = _select(config, perr) & offdiag
     adjacency = selected | ~offdiag

@@ -19,9 +19,15 @@ import numpy as np
 
 from pfedwn_jax.algorithms import neighbor_lists
 from pfedwn_jax.experiment.config import ExperimentConfig
-from pfedwn_jax.experiment.federation import Federation, channel_params, network_perr
+from pfedwn_jax.experiment.federation import (
+    Federation,
+    channel_params,
+    network_perr,
+    shadow_matrix,
+)
 from pfedwn_jax.wireless import ChannelParams, grid
 from pfedwn_jax.wireless._inputs import float_dtype
+from pfedwn_jax.wireless.fading import Fading, traced_fading
 from pfedwn_jax.wireless.perr import default_num_nodes
 
 
@@ -81,7 +87,11 @@ class Links(flax.struct.PyTreeNode):
       active: `[S]` bool, slots that transmit (every real slot; False on a sweep's padding).
       gamma_th: `[]` float32 SINR threshold.
       failure: `[]` float32 fixed failure probability, or None (each link's P_err).
-      params: `ChannelParams` (physical model). Static (the sub-channel count sets shapes).
+      params: `ChannelParams` (physical model). Static (the sub-channel count sets shapes);
+        its fading is the kind's default, the run's is `fading`.
+      fading: the run's `wireless.fading.Fading` with its parameter and mean power `[]`
+        float32 leaves (runs that differ only in them share a program), or None (Rayleigh:
+        all in `params`); see `channel`.
       model: "ideal" (only with mobility), "bernoulli" or "physical". Static.
       stale: keep the last received model per link (`LinkTrack.cache`). Static.
       cost: `wireless.cost.CostSetup`: count each round's bits, airtime, energy and clock,
@@ -102,6 +112,7 @@ class Links(flax.struct.PyTreeNode):
     gamma_th: jax.Array
     failure: Any
     params: ChannelParams = flax.struct.field(pytree_node=False)
+    fading: Any = None
     model: str = flax.struct.field(pytree_node=False, default="bernoulli")
     stale: bool = flax.struct.field(pytree_node=False, default=False)
     cost: Any = None
@@ -111,12 +122,18 @@ class Links(flax.struct.PyTreeNode):
     reselected: Any = None
     listed: Any = None
 
+    def channel(self) -> ChannelParams:
+        """The run's `ChannelParams`: `params` with the (traced) `fading`."""
+        return self.params if self.fading is None else self.params.replace(fading=self.fading)
+
 
 def slot_perr(fed: Federation, config: ExperimentConfig) -> np.ndarray:
     """`[S, S]` P_err of link j -> i between the slots (all network nodes interfering)."""
     if fed.mode == "network":
         return np.asarray(fed.perr)
-    full = network_perr(fed.positions, config.gamma_th, channel_params(config), config.moments)
+    params, n = channel_params(config), len(fed.positions)
+    shadow = shadow_matrix(config, n)
+    full = network_perr(fed.positions, config.gamma_th, params, config.moments, shadow=shadow)
     return full[np.ix_(fed.data_client, fed.data_client)]
 
 
@@ -140,11 +157,23 @@ def build_links(fed: Federation, config: ExperimentConfig) -> Links | None:
         active=jnp.ones((s,), bool),
         gamma_th=jnp.float32(config.gamma_th),
         failure=failure,
-        params=channel_params(config),
+        **_channel_split(config),
         model=config.link_model,
         stale=config.stale,
         motion=_motion(fed, config, lists.shape[1] - 1),
     )
+
+
+def _channel_split(config: ExperimentConfig) -> dict[str, Any]:
+    """`params` (static) and `fading` (dynamic) of the `Links` of `config`: Rayleigh, which
+    has no shape parameter, stays all static (None)."""
+    params = channel_params(config)
+    if params.fading.kind == "rayleigh":
+        return {"params": params, "fading": None}
+    return {
+        "params": params.replace(fading=Fading.of(params.fading.kind)),
+        "fading": traced_fading(params.fading),
+    }
 
 
 def _motion(fed: Federation, config: ExperimentConfig, width: int) -> Motion | None:

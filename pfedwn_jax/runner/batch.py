@@ -57,6 +57,7 @@ def program_key(exp: Experiment) -> tuple:
         c.link_model,
         c.link_failure is None,
         tuple(sorted(c.channel.items())) if c.link_model == "physical" else (),
+        c.fading if c.link_model == "physical" or c.mobility != "none" else (),
         c.stale,
         (c.mobility, c.reselect_every, c.moments) if c.mobility != "none" else (),
     )

@@ -72,7 +72,7 @@ def sample_received(
             neighbors.reshape(-1),
             links.active,
             links.gamma_th,
-            links.params,
+            links.channel(),
         ).reshape(s, k)
         got = got & neighbor_mask
     return got.at[:, 0].set(True)
@@ -241,7 +241,7 @@ def with_cost(ctx: Any, received: jax.Array, key: jax.Array) -> tuple[jax.Array,
     out = cost.round_cost(
         jax.random.fold_in(key, cost.COST_SALT),
         links.cost,
-        links.params,
+        links.channel(),
         links.gamma_th,
         ctx.neighbors,
         ctx.neighbor_mask,
@@ -262,7 +262,7 @@ def _moved(ctx: Any, track: LinkTrack) -> tuple[Any, dict]:
     nbr, mask = track.neighbors, track.neighbor_mask
     full = None
     if m.reselect_every > 0 or m.track_perr:
-        full = slot_perr_matrix(pos, links.gamma_th, links.params, m.moments)
+        full = slot_perr_matrix(pos, links.gamma_th, links.channel(), m.moments)
     changed = jnp.zeros((), bool)
     if m.reselect_every > 0:
         assert full is not None
@@ -318,7 +318,7 @@ def _sparse_perr(
         idx,
         both,
         links.gamma_th,
-        links.params,
+        links.channel(),
         moments=m.moments,
         num_nodes=sp.num_nodes,
         interferers=far,

@@ -17,6 +17,7 @@ from pfedwn_jax.wireless.channel import (
     threshold_moments,
     transmit_probability,
 )
+from pfedwn_jax.wireless.fading import FADING_KINDS, Fading, draw_power, shadowing_db
 from pfedwn_jax.wireless.links import (
     LINK_MODELS,
     LinkAge,
@@ -47,12 +48,14 @@ from pfedwn_jax.wireless.topology import place_network, place_uniform, sample_pp
 
 __all__ = [
     "CUTOFF_MODES",
+    "FADING_KINDS",
     "INTERFERENCE_MODES",
     "LINK_MODELS",
     "MOMENT_MODES",
     "SPEED_OF_LIGHT",
     "TAIL_MODES",
     "ChannelParams",
+    "Fading",
     "GaussianWalk",
     "LinkAge",
     "RandomWaypoint",
@@ -60,6 +63,7 @@ __all__ = [
     "best_channel_moments",
     "candidate_neighbors",
     "check_link_model",
+    "draw_power",
     "eps_ceiling_message",
     "error_probability",
     "far_field_sums",
@@ -81,6 +85,7 @@ __all__ = [
     "rayleigh_pdf",
     "sample_ppp",
     "select_neighbors",
+    "shadowing_db",
     "simulate_links",
     "sparse_error_probability",
     "threshold_moments",

@@ -26,13 +26,15 @@ class Links(struct.PyTreeNode):
     """Validated link inputs with a common batch shape `[...]` (default float dtype).
 
     target [..., 2], neighbor [..., n, 2] positions (m), gamma_th [...] SINR threshold,
-    valid [..., n] bool (padded slots neither receive nor interfere).
+    valid [..., n] bool (padded slots neither receive nor interfere), shadow [..., n] the
+    shadowing (dB) of each neighbor -> target link or None (no shadowing).
     """
 
     target: Any
     neighbor: Any
     gamma_th: Any
     valid: Any
+    shadow: Any = None
 
 
 def _shape(name: str, x: Any) -> tuple[int, ...]:
@@ -53,6 +55,7 @@ def link_inputs(
     footprint: Callable[[int, int, int], int] | None = None,
     caller: str = "error_probability",
     change: str | None = None,
+    shadow_db: Any = None,
 ) -> tuple[Links, ChannelParams]:
     """Validate and broadcast the link-level inputs: `(Links, params)`.
 
@@ -107,9 +110,20 @@ def link_inputs(
     target = _as(target_xy, dtype, (*batch, 2))
     neighbor = _as(neighbor_xy, dtype, (*batch, n, 2))
     gamma = _as(gamma_th, dtype, batch)
+    shadow = None
+    if shadow_db is not None:
+        s_shape = _shape("shadow_db", shadow_db)
+        try:
+            jnp.broadcast_shapes(s_shape, (*batch, n))
+        except ValueError as e:
+            raise ValueError(
+                f"shadow_db must broadcast to [..., n] = {[*batch, n]}; got {list(s_shape)}"
+            ) from e
+        check_finite("shadow_db", shadow_db)
+        shadow = _as(shadow_db, dtype, (*batch, n))
     # params go to the jitted cores as they are: Python-number fields are weakly typed, so
     # they follow the positions' dtype and new values never trigger recompilation.
-    return Links(target, neighbor, gamma, valid_arr), params
+    return Links(target, neighbor, gamma, valid_arr, shadow), params
 
 
 def _as(x: Any, dtype: Any, shape: tuple[int, ...]) -> Any:

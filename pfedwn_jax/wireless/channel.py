@@ -1,8 +1,10 @@
 """Building blocks of the link model (paper Sec. III-B and App. A), all elementwise in jnp.
 
-Notation: h is a Rayleigh amplitude with pdf 2x/Gamma exp(-x^2/Gamma) (so h^2 is
-exponential with mean Gamma), beta the fading threshold, b = beta^2/Gamma, F the number of
-sub-channels, c_r = P_r hhat_r^2 the mean-free received power scale of node r.
+Notation: h is the fading amplitude of `params.fading` (the paper's Rayleigh: pdf 2x/Gamma
+exp(-x^2/Gamma), h^2 exponential with mean Gamma), u = h^2 / Gamma its normalised power,
+beta the fading threshold, b = beta^2/Gamma, F the number of sub-channels, c_r = P_r hhat_r^2
+the mean-free received power scale of node r. What depends on the fading law goes through
+`wireless.fading` (its survival function, density and threshold moments).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 import jax.numpy as jnp
 from jax.scipy.special import erfc
 
+from pfedwn_jax.wireless import fading as fd
 from pfedwn_jax.wireless.params import ChannelParams
 from pfedwn_jax.wireless.quadrature import integrate_panels
 
@@ -58,34 +61,40 @@ def transmit_probability(params: ChannelParams) -> Any:
     >= beta (probability F q); by symmetry each sub-channel is the chosen one with
     probability 1/F.
     """
-    b = params.fading_threshold**2 / params.rayleigh_gamma
+    b = params.fading_threshold**2 / params.fading.gamma
     f = params.num_subchannels
-    log_all_below = f * jnp.log1p(-jnp.exp(-b))  # ln (1 - e^{-b})^F
+    log_all_below = f * jnp.log1p(-fd.survival(params.fading, b))  # ln P(u < b)^F
     return -jnp.expm1(log_all_below) / f
 
 
 def threshold_moments(params: ChannelParams) -> tuple[Any, Any]:
-    """(E[h^2 1{h>=beta}], E[h^4 1{h>=beta}]) for one Rayleigh amplitude (closed form).
+    """(E[h^2 1{h>=beta}], E[h^4 1{h>=beta}]) for one fading amplitude (`fading.threshold_moments`).
 
-    These are the App. A integrals int_beta^inf 2x^3/Gamma e^{-x^2/Gamma} dx = Gamma (b+1) e^{-b}
-    and int_beta^inf 2x^5/Gamma e^{-x^2/Gamma} dx = Gamma^2 (b^2+2b+2) e^{-b}.
+    For Rayleigh these are the App. A integrals int_beta^inf 2x^3/Gamma e^{-x^2/Gamma} dx =
+    Gamma (b+1) e^{-b} and int_beta^inf 2x^5/Gamma e^{-x^2/Gamma} dx = Gamma^2 (b^2+2b+2) e^{-b}.
     """
-    g = params.rayleigh_gamma
-    b = params.fading_threshold**2 / g
-    e = jnp.exp(-b)
-    return g * (b + 1.0) * e, g * g * (b * b + 2.0 * b + 2.0) * e
+    return fd.threshold_moments(params.fading, params.fading_threshold)
 
 
 def best_channel_moments(params: ChannelParams, dtype: Any = None) -> tuple[Any, Any]:
     """(E[Z], E[Z^2]) for Z = h_f^2 1{f is the argmax of F amplitudes and h_f >= beta}.
 
-    E[Z^k] = Gamma^k int_b^inf u^k e^{-u} (1 - e^{-u})^{F-1} du, by composite Gauss-Legendre
-    (a positive integrand: no cancellation, unlike the alternating binomial closed form).
+    E[Z^k] = Gamma^k int_b^inf u^k p(u) P(u' < u)^{F-1} du (p the normalised power's density;
+    Rayleigh: e^{-u}, (1 - e^{-u})^{F-1}), by composite Gauss-Legendre (a positive integrand:
+    no cancellation, unlike the alternating binomial closed form).
     """
-    g = jnp.asarray(params.rayleigh_gamma, dtype)
+    g = jnp.asarray(params.fading.gamma, dtype)
     dtype = g.dtype
     b = jnp.asarray(params.fading_threshold, dtype) ** 2 / g
     f = jnp.asarray(params.num_subchannels, dtype)
+    if params.fading.kind != "rayleigh":
+        fading = params.fading
+
+        def best(u: Any) -> Any:  # P(the other F - 1 sub-channels are below u)
+            return jnp.exp((f[..., None, None] - 1.0) * jnp.log1p(-fd.survival(fading, u)))
+
+        j1 = fd.tail_integral(fading, lambda u: u * best(u), b, dtype)
+        return g * j1, g * g * fd.tail_integral(fading, lambda u: u * u * best(u), b, dtype)
     edges = b[..., None] + jnp.asarray(_BEST_PANELS, dtype)
 
     def weight(u: Any) -> Any:

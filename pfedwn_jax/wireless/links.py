@@ -36,7 +36,8 @@ from pfedwn_jax._checks import (
 )
 from pfedwn_jax.devices import check_device_bytes
 from pfedwn_jax.wireless._inputs import float_dtype
-from pfedwn_jax.wireless.channel import log_received_scale
+from pfedwn_jax.wireless.channel import log_noise_power, log_received_scale
+from pfedwn_jax.wireless.fading import Fading, db_to_log, draw_power, shadowing_db
 from pfedwn_jax.wireless.montecarlo import (
     best_subchannel,
     concrete_num_subchannels,
@@ -85,14 +86,17 @@ def bernoulli_received(key: Any, perr: Any, mask: Any, *, failure: Any = None) -
 # ---------------------------------------------------------------------------------- physical
 
 
-def pair_fading(key: Any, receiver: Any, node: Any, num_sub: int, dtype: Any) -> jax.Array:
-    """u [F] = h^2 / Gamma of node -> receiver on each sub-channel: i.i.d. Exp(1).
+def pair_fading(
+    key: Any, receiver: Any, node: Any, num_sub: int, dtype: Any, fading: Fading | None = None
+) -> jax.Array:
+    """u [F] = h^2 / Gamma of node -> receiver on each sub-channel (`fading.draw_power`;
+    None: Rayleigh, i.i.d. Exp(1)).
 
     Keyed by the (receiver, node) pair, so one round's fading of a pair is the same wherever
     it appears (as a link, or as an interferer of another link at that receiver).
     """
     k = jax.random.fold_in(jax.random.fold_in(key, receiver), node)
-    return jax.random.exponential(k, (num_sub,), dtype)
+    return draw_power(Fading() if fading is None else fading, k, (num_sub,), dtype)
 
 
 def _log_scale(positions: Any, receiver: Any, nodes: Any, params: ChannelParams) -> Any:
@@ -125,25 +129,36 @@ def _nearest(positions: Any, link: Any, active: Any, num: int, cutoff_m: Any) ->
 
 
 def _one_link(
-    key: Any,
+    keys: tuple[Any, Any],
     positions: Any,
     active: Any,
     link: tuple[Any, Any, Any, Any],
     params: ChannelParams,
     num_sub: int,
     cutoff_m: Any,
+    sinr: bool = False,
 ) -> Any:
-    """Success (bool scalar) of one link (rx, tx, gamma_th, candidates [C]) this round."""
+    """Success (bool scalar) of one link (rx, tx, gamma_th, candidates [C]) this round, or
+    with `sinr` its SINR (linear; 0 when the link does not send); `keys` = (this round's
+    fading key, the topology's shadowing key or None)."""
+    key, shadow_key = keys
     rx, tx, gamma_th, cand = link
     ok = _eligible(positions, rx, tx, cand, active, cutoff_m)
     nodes = jnp.concatenate([tx[None], jnp.maximum(cand, 0)])
-    u = jax.vmap(lambda r: pair_fading(key, rx, r, num_sub, positions.dtype))(nodes)
+    fading = params.fading
+    u = jax.vmap(lambda r: pair_fading(key, rx, r, num_sub, positions.dtype, fading))(nodes)
     u_max, f_star, sends = best_subchannel(u, params)  # [1 + C]
     log_c = _log_scale(positions, rx, nodes, params)
+    if shadow_key is not None:
+        rxs = jnp.broadcast_to(rx, nodes.shape)
+        log_c = log_c + db_to_log(shadowing_db(shadow_key, rxs, nodes, params.shadowing_db))
     hit = ok & sends[1:] & (f_star[1:] == f_star[0])
     interf = jnp.sum(jnp.where(hit, jnp.exp(log_c[1:] - log_c[0]) * u_max[1:], 0.0))
-    success = sinr_success(u_max[0], sends[0], log_c[0], interf, gamma_th, params)
-    return success & active[tx] & (rx != tx)
+    up = active[tx] & (rx != tx)
+    if sinr:  # u / (sigma_n^2 / (c Gamma) + I / (c Gamma))
+        noise = jnp.exp(log_noise_power(params) - log_c[0] - jnp.log(params.fading.gamma))
+        return jnp.where(up & sends[0], u_max[0] / (noise + interf), 0.0)
+    return sinr_success(u_max[0], sends[0], log_c[0], interf, gamma_th, params) & up
 
 
 def _map_links(fn: Any, links: Any, numbers_per_link: int) -> Any:
@@ -165,19 +180,20 @@ _nearest_jit = jax.jit(_nearest_impl, static_argnames="num_interferers")
 
 
 def _physical_impl(
-    key: Any,
+    keys: tuple[Any, Any],
     positions: Any,
     links: tuple[Any, Any, Any, Any],
     active: Any,
     params: ChannelParams,
     cutoff_m: Any,
     num_sub: int,
+    sinr: bool,
 ) -> Any:
-    one = lambda lk: _one_link(key, positions, active, lk, params, num_sub, cutoff_m)
+    one = lambda lk: _one_link(keys, positions, active, lk, params, num_sub, cutoff_m, sinr)
     return _map_links(one, links, (links[3].shape[1] + 1) * (num_sub + 2))
 
 
-_physical_jit = jax.jit(_physical_impl, static_argnames="num_sub")
+_physical_jit = jax.jit(_physical_impl, static_argnames=("num_sub", "sinr"))
 
 
 def _link_indices(name: str, x: Any, n: int, low: int = 0) -> Any:
@@ -247,8 +263,11 @@ def physical_received(
     num_interferers: int | None = None,
     cutoff_m: float | None = None,
     interferers: Any = None,
+    shadow_key: Any = None,
+    sinr: bool = False,
 ) -> jax.Array:
-    """Which links deliver in one block-fading round: bool [L].
+    """Which links deliver in one block-fading round: bool [L] (`sinr=True`: float [L], each
+    link's SINR, linear, on its chosen sub-channel; 0 where it does not send).
 
     Args:
       key: this round's PRNG key (one fading realisation per key).
@@ -266,8 +285,11 @@ def physical_received(
       interferers: optional [L, C] int candidate lists (-1: none), e.g. from
         `nearest_interferers` computed once per placement (work ~ L C F, no search);
         candidates that are inactive, the link's ends or beyond cutoff_m are ignored.
+      shadow_key: the topology's shadowing key (None: no shadowing): every pair's received
+        power is scaled by 10^{X/10}, X = `fading.shadowing_db(shadow_key, i, r,
+        params.shadowing_db)`, the same in every round (keep the key fixed per topology).
 
-    At receiver i every node r draws F Rayleigh fades towards i (keyed by (i, r): shared by
+    At receiver i every node r draws F fades (`params.fading`) towards i (keyed by (i, r): shared by
     all links at i), picks its best sub-channel and sends iff that amplitude is >= beta;
     link j -> i succeeds iff j sends and its SINR on its sub-channel, against the active
     nodes r != i, j sending on the same one, is >= gamma_th. With one receiver and all of its
@@ -302,10 +324,21 @@ def physical_received(
         )
         cand = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (num_links, n))
     if num_links == 0:
-        return jnp.zeros((0,), bool)
+        return jnp.zeros((0,), xy.dtype if sinr else bool)
     gamma = jnp.broadcast_to(jnp.asarray(gamma_th, xy.dtype), rx.shape)
     links = (rx, tx, gamma, cand)
-    return _physical_jit(key, xy, links, active, params, cutoff_m, num_sub=num_sub)
+    keys = (key, shadow_key)
+    return _physical_jit(keys, xy, links, active, params, cutoff_m, num_sub=num_sub, sinr=sinr)
+
+
+def physical_sinr(
+    key: Any, positions: Any, receivers: Any, transmitters: Any, *args: Any, **kwargs: Any
+) -> jax.Array:
+    """float [L]: each link's SINR (linear) in one block-fading round, on the sub-channel it
+    chose, 0 where it does not send (its best amplitude below beta, or inactive): the draw
+    of `physical_received` (same arguments, same key: `physical_received` is exactly
+    `sinr >= gamma_th` up to rounding), for rate and cost models. dB: 10 log10(sinr)."""
+    return physical_received(key, positions, receivers, transmitters, *args, sinr=True, **kwargs)
 
 
 # ------------------------------------------------------------------------------- staleness

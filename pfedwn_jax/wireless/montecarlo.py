@@ -1,10 +1,11 @@
 """Packet-level Monte Carlo of the D2D links the P_err formula approximates.
 
-"physical": every valid neighbor draws F i.i.d. Rayleigh amplitudes towards the target,
+"physical": every valid neighbor draws F i.i.d. fading amplitudes (`params.fading`, one
+draw function: `fading.draw_power`) towards the target,
 picks its best sub-channel f* and transmits on it only if that amplitude is >= beta. The
 packet of neighbor s succeeds iff s transmits and
     c_s h_s^2 / (sigma_n^2 + sum_{r != s transmitting on f*_s} c_r h_r^2) >= gamma_th.
-"lognormal": the model the formula assumes: one Rayleigh amplitude h_s, log-normal
+"lognormal": the model the formula assumes: one fading amplitude h_s, log-normal
 interference with the mode's mean/variance; the error event is h_s >= beta and SINR <
 gamma_th (so the success rate is exactly 1 - P_err in expectation; a packet with h_s < beta
 counts as a success here, as in the printed formula).
@@ -20,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pfedwn_jax._checks import check_choice, check_int, is_concrete
+from pfedwn_jax.wireless import fading as fd
 from pfedwn_jax.wireless._inputs import Links, link_inputs
 from pfedwn_jax.wireless.channel import log_noise_power
 from pfedwn_jax.wireless.params import ChannelParams
@@ -43,7 +45,7 @@ def best_subchannel(u: Any, params: ChannelParams) -> tuple[Any, Any, Any]:
     i.e. iff u_max >= b = beta^2 / Gamma (paper Sec. III-B).
     """
     u_max = jnp.max(u, axis=-1)
-    b = params.fading_threshold**2 / params.rayleigh_gamma
+    b = params.fading_threshold**2 / params.fading.gamma
     return u_max, jnp.argmax(u, axis=-1), u_max >= b
 
 
@@ -55,7 +57,7 @@ def sinr_success(
     Both sides are divided by c Gamma: u_max = h^2 / Gamma on the chosen sub-channel, ln c
     the link's received scale, interf = I / (c Gamma) the co-channel interference.
     """
-    noise = jnp.exp(log_noise_power(params) - log_c - jnp.log(params.rayleigh_gamma))
+    noise = jnp.exp(log_noise_power(params) - log_c - jnp.log(params.fading.gamma))
     return transmits & (u_max >= gamma_th * (noise + interf))
 
 
@@ -77,7 +79,7 @@ def _physical(
     gamma_th, valid = links.gamma_th, links.valid
     rho = power_ratio_matrix(rel)
     shape = (num_draws, *valid.shape, num_sub)
-    u = jax.random.exponential(key, shape, log_c.dtype)  # h^2 / Gamma per sub-channel
+    u = fd.draw_power(params.fading, key, shape, log_c.dtype)  # h^2 / Gamma per sub-channel
     u_max, f_star, tx = best_subchannel(u, params)
     tx = tx & valid
     same = (f_star[..., :, None] == f_star[..., None, :]) & tx[..., None, :]
@@ -102,10 +104,10 @@ def _lognormal(
     shape = (num_draws, *valid.shape)
     z = jax.random.normal(k_i, shape, log_c.dtype)
     interf = jnp.where(has, jnp.exp(mu + jnp.sqrt(s2) * z), 0.0)
-    u = jax.random.exponential(k_h, shape, log_c.dtype)
-    b = params.fading_threshold**2 / params.rayleigh_gamma
+    u = fd.draw_power(params.fading, k_h, shape, log_c.dtype)
+    b = params.fading_threshold**2 / params.fading.gamma
     noise = jnp.exp(log_noise_power(params) - log_c)
-    signal = params.rayleigh_gamma * u / gamma_th[..., None]  # c_s h^2 / gamma_th, / c_s
+    signal = params.fading.gamma * u / gamma_th[..., None]  # c_s h^2 / gamma_th, / c_s
     error = (u >= b) & (signal - noise < interf)
     return valid & ~error
 
@@ -120,7 +122,7 @@ def _simulate_impl(
     interference: str,
     num_sub: int,
 ) -> Any:
-    _, log_c, rel = link_geometry(links.target, links.neighbor, links.valid, params)
+    _, log_c, rel = link_geometry(links.target, links.neighbor, links.valid, params, links.shadow)
     if interference == "physical":
         return _physical(key, links, (log_c, rel), params, num_draws, num_sub)
     return _lognormal(key, links, (log_c, rel), params, m1, var1, num_draws)
@@ -151,12 +153,14 @@ def simulate_links(
     valid: Any = None,
     interference: str = "physical",
     moments: str = "paper",
+    shadow_db: Any = None,
 ) -> jax.Array:
     """Per-draw packet success of each neighbor -> target link: bool [num_draws, ..., n].
 
     Shapes as in `error_probability`. Draws are independent fading realisations (block
     fading: one per draw). Padded slots never succeed and never interfere. `moments` only
-    matters for interference="lognormal". Memory ~ num_draws * links * F floats
+    matters for interference="lognormal". `shadow_db` [..., n]: each link's shadowing (dB),
+    fixed over the draws (as `error_probability`'s). Memory ~ num_draws * links * F floats
     (physical); split the draws over several keys for very large runs.
     """
     params = ChannelParams() if params is None else params
@@ -174,6 +178,7 @@ def simulate_links(
         footprint=footprint,
         caller=f"simulate_links ({num_draws} draws)",
         change="split the draws over several calls (keys) or give fewer links per call",
+        shadow_db=shadow_db,
     )
     m1, var1 = moment_coefficients(params, moments=moments)
     return _simulate_jit(

@@ -22,6 +22,7 @@ import numpy as np
 from jax.scipy.special import erfc
 
 from pfedwn_jax._checks import check_int
+from pfedwn_jax.wireless import fading as fd
 from pfedwn_jax.wireless._inputs import Links, link_inputs
 from pfedwn_jax.wireless.channel import (
     interferer_moments,
@@ -48,7 +49,6 @@ _EASY_FIELDS = (
     "noise_temp_k",
     "bandwidth_hz",
     "fading_threshold",
-    "rayleigh_gamma",
 )
 _TAIL = 40.0  # 1 - G(ln(s0 + 40)) < e^{-40} ~ 4e-18
 _Z = 9.0  # Phi_c(9) ~ 1e-19: Gaussian tails dropped
@@ -57,12 +57,13 @@ _INV_SQRT_2PI = 0.3989422804014327
 
 
 def link_geometry(
-    target: Any, neighbor: Any, valid: Any, params: ChannelParams
+    target: Any, neighbor: Any, valid: Any, params: ChannelParams, shadow_db: Any = None
 ) -> tuple[Any, Any, Any]:
     """Distances d [..., n], ln c [..., n] and relative powers rel [..., n].
 
-    c_j = P hhat_j^2 is node j's received power scale at the target; rel_j = c_j / max_valid c
-    (0 for invalid slots), so power ratios never underflow.
+    c_j = P hhat_j^2 is node j's received power scale at the target (times 10^{X_j/10} with
+    `shadow_db` X [..., n], the shadowing of each node -> target link; None: none);
+    rel_j = c_j / max_valid c (0 for invalid slots), so power ratios never underflow.
     """
     dx = neighbor[..., 0] - target[..., None, 0]
     dy = neighbor[..., 1] - target[..., None, 1]
@@ -71,6 +72,8 @@ def link_geometry(
     log_c = log_received_scale(params.d0_m, params) - 0.5 * params.pathloss_exp * (
         jnp.log(jnp.maximum(d2, params.d0_m**2)) - 2.0 * jnp.log(params.d0_m)
     )
+    if shadow_db is not None:
+        log_c = log_c + fd.db_to_log(shadow_db)
     d = jnp.sqrt(d2)
     top = jnp.max(jnp.where(valid, log_c, -jnp.inf), axis=-1, keepdims=True)
     top = jnp.where(jnp.isfinite(top), top, 0.0)  # no valid node at all
@@ -113,7 +116,7 @@ def interference_lognormal(rel: Any, m1: Any, var1: Any) -> tuple[Any, Any, Any]
 
 
 def _moments_impl(params: ChannelParams, moments: str) -> tuple[Any, Any]:
-    dtype = jnp.asarray(params.rayleigh_gamma).dtype
+    dtype = jnp.asarray(params.fading.gamma).dtype
     return interferer_moments(params, moments, dtype)
 
 
@@ -123,7 +126,7 @@ moment_coefficients = jax.jit(_moments_impl, static_argnames="moments")
 
 
 def _perr_impl(links: Links, params: ChannelParams, m1: Any, var1: Any, num_nodes: int) -> Any:
-    _, log_c, rel = link_geometry(links.target, links.neighbor, links.valid, params)
+    _, log_c, rel = link_geometry(links.target, links.neighbor, links.valid, params, links.shadow)
     mu, s2, has_intf = interference_lognormal(rel, m1, var1)
     return perr_from_lognormal(
         log_c, (mu, s2, has_intf), links.gamma_th[..., None], links.valid, params, num_nodes
@@ -143,11 +146,15 @@ def perr_from_lognormal(
     `interference` is `(mu, sigma^2, has)` [...] of I_s / c_s (`lognormal_from_moments`);
     `gamma_th` broadcasts against `log_c`; invalid links get 1. Shared by the dense path
     (every other node interferes) and `sparse_error_probability` (truncated interferer sets).
+    Rayleigh fading (the paper's) has the closed forms below; other models take
+    `perr_any_fading`.
     """
+    if params.fading.kind != "rayleigh":
+        return perr_any_fading(log_c, interference, gamma_th, valid, params, num_nodes)
     mu, s2, has_intf = interference
     dtype = log_c.dtype
     sigma = jnp.sqrt(jnp.maximum(s2, jnp.finfo(dtype).tiny))
-    gamma = params.rayleigh_gamma
+    gamma = params.fading.gamma
     g = gamma_th
     # log-normal location relative to B = c_s Gamma / gamma_th, and kappa = sigma_n^2 / B.
     m = mu - jnp.log(gamma / g)
@@ -182,6 +189,53 @@ def perr_from_lognormal(
     return jnp.where(valid, jnp.clip(perr, 0.0, 1.0), 1.0)
 
 
+def perr_any_fading(
+    log_c: Any,
+    interference: tuple[Any, Any, Any],
+    gamma_th: Any,
+    valid: Any,
+    params: ChannelParams,
+    num_nodes: int,
+) -> Any:
+    """`perr_from_lognormal` for any fading law S(u) = P(u' >= u) (`fading.survival`).
+
+    With B = c_s Gamma / gamma_th, kappa = sigma_n^2 / B, u0 = max(b, kappa), s0 = u0 - kappa
+    and w(z) = (z - m) / sigma (ln(I / B) ~ N(m, sigma^2)):
+      P_err = [S(b) - S(kappa)]^+ + S(u0) Phi_c(w(ln s0)) - int_{ln s0}^inf S(e^z + kappa)
+              phi(w(z)) / sigma dz,
+    the integral (by parts of int f(y + kappa) Phi_c(w(ln y)) dy) by one Gauss-Legendre rule
+    over z in [m - Z sigma, m + Z sigma] cut at ln s0 and at ln(s0 + T) (`fading.tail_span`).
+    """
+    fading = params.fading
+    mu, s2, has_intf = interference
+    dtype = log_c.dtype
+    sigma = jnp.sqrt(jnp.maximum(s2, jnp.finfo(dtype).tiny))
+    gamma = fading.gamma
+    m = mu - jnp.log(gamma / gamma_th)
+    kappa = jnp.exp(log_noise_power(params) + jnp.log(gamma_th) - jnp.log(gamma) - log_c)
+    b = params.fading_threshold**2 / gamma
+    surv = lambda u: fd.survival(fading, u)
+    p_noise = jnp.maximum(surv(b) - surv(kappa), 0.0)  # u in [b, kappa]: SINR < gamma_th
+    u0 = jnp.maximum(b, kappa)
+    s0 = u0 - kappa
+    log_s0 = jnp.log(s0)  # -inf when the noise alone fails the link at x = beta
+    top = jnp.log(s0 + fd.tail_span(fading))
+    lo = jnp.maximum(log_s0, m - _Z * sigma)
+    hi = jnp.maximum(lo, jnp.minimum(top, m + _Z * sigma))
+    inv = 1.0 / sigma
+    first = surv(u0) * 0.5 * erfc((log_s0 - m) * (inv * _SQRT_HALF))
+    m_, inv_, k_ = m[..., None], inv[..., None], kappa[..., None]
+
+    def integrand(z: Any) -> Any:  # z: [..., n, num_nodes]
+        return surv(jnp.exp(z) + k_) * jnp.exp(-0.5 * jnp.square((z - m_) * inv_))
+
+    quad = integrate(
+        integrand, jnp.where(has_intf, lo, 0.0), jnp.where(has_intf, hi, 0.0), num_nodes, dtype
+    ) * (inv * _INV_SQRT_2PI)
+    perr = jnp.where(has_intf, p_noise + first - quad, p_noise)
+    return jnp.where(valid, jnp.clip(perr, 0.0, 1.0), 1.0)
+
+
 _perr_jit = jax.jit(_perr_impl, static_argnames="num_nodes")
 
 
@@ -194,6 +248,7 @@ def error_probability(
     valid: Any = None,
     *,
     num_nodes: int | None = None,
+    shadow_db: Any = None,
 ) -> jax.Array:
     """P_err of each neighbor -> target link; shape [..., n].
 
@@ -205,6 +260,9 @@ def error_probability(
       moments: "paper" (App. A as printed), "exact" or "physical"; see docs/wireless.md.
       valid: optional bool [..., n]; invalid (padded) slots do not interfere and get P_err 1.
       num_nodes: Gauss-Legendre nodes per link; default: see `default_num_nodes`.
+      shadow_db: optional [..., n] shadowing (dB) of each neighbor -> target link (e.g.
+        `fading.shadowing_db` of the pairs): it scales that node's received power at the
+        target, as a link and as an interferer. None: no shadowing.
 
     Inputs are validated on the host; the work is one cached jitted call (no recompilation
     for repeated shapes and dtypes).
@@ -213,7 +271,14 @@ def error_probability(
     if num_nodes is not None:
         num_nodes = check_int("num_nodes", num_nodes, 2, 4096)
     links, params = link_inputs(
-        target_xy, neighbor_xy, gamma_th, valid, params, moments, footprint=perr_bytes
+        target_xy,
+        neighbor_xy,
+        gamma_th,
+        valid,
+        params,
+        moments,
+        footprint=perr_bytes,
+        shadow_db=shadow_db,
     )
     if num_nodes is None:
         num_nodes = default_num_nodes(
@@ -237,12 +302,18 @@ def default_num_nodes(
 
     Easy means min over links of s0 = b - kappa is >= 1, checked on the host with the
     weakest possible link (a bound on the points' bounding-box diagonal) and the largest
-    gamma_th. Any traced input makes the call "not provably easy".
+    gamma_th. Any traced input, fading other than Rayleigh or shadowing makes the call "not
+    provably easy".
     """
+    if params.fading.kind != "rayleigh":
+        return ROBUST_NODES
     try:
+        if np.any(np.asarray(params.shadowing_db) != 0):
+            return ROBUST_NODES
         coords = [np.asarray(x, float).ravel() for x in (target_xy, neighbor_xy)]
         g_max = float(np.max(np.asarray(gamma_th, float)))
         f = {k: np.asarray(getattr(params, k), float) for k in _EASY_FIELDS}
+        f["rayleigh_gamma"] = np.asarray(params.fading.gamma, float)
     except Exception:  # tracers
         return ROBUST_NODES
     # a cheap bound: sqrt(2) x the spread of all coordinates >= the bounding-box diagonal

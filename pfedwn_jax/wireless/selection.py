@@ -10,15 +10,17 @@ import numpy as np
 
 from pfedwn_jax._checks import check_choice, check_finite, check_range, is_concrete
 from pfedwn_jax.wireless.channel import MOMENT_MODES
+from pfedwn_jax.wireless.fading import survival
 from pfedwn_jax.wireless.params import ChannelParams
 
 
 def perr_ceiling(params: ChannelParams | None = None, moments: str = "paper") -> float:
     """The largest value `error_probability` can take in moment mode `moments`.
 
-    P_err integrates the Rayleigh pdf over x >= beta times an interference CCDF <= 1, so it
-    never exceeds P(h >= beta) = exp(-beta^2 / Gamma) (0.1353 with Table I), and far links
-    approach it. The moment mode only shapes the CCDF, so the ceiling is the same in "paper",
+    P_err integrates the fading pdf over x >= beta times an interference CCDF <= 1, so it
+    never exceeds P(h >= beta) (Rayleigh: exp(-beta^2 / Gamma), 0.1353 with Table I;
+    `fading.survival` of the others), and far links approach it. The moment mode only
+    shapes the CCDF, so the ceiling is the same in "paper",
     "exact" and "physical" (docs/wireless.md). Any `eps` above it selects every neighbor:
     selection with such an `eps` is no selection.
     """
@@ -27,8 +29,10 @@ def perr_ceiling(params: ChannelParams | None = None, moments: str = "paper") ->
         raise ValueError(f"params must be a ChannelParams; got {type(params).__name__}")
     check_choice("moments", moments, MOMENT_MODES)
     beta = np.asarray(params.fading_threshold, float)
-    gamma = np.asarray(params.rayleigh_gamma, float)
-    return float(np.max(np.exp(-(beta * beta) / gamma)))  # arrays of params: the largest
+    gamma = np.asarray(params.fading.gamma, float)
+    if params.fading.kind == "rayleigh":
+        return float(np.max(np.exp(-(beta * beta) / gamma)))  # arrays of params: the largest
+    return float(np.max(np.asarray(survival(params.fading, jnp.asarray(beta * beta / gamma)))))
 
 
 def eps_ceiling_message(eps: float, params: ChannelParams | None, moments: str) -> str | None:
@@ -39,7 +43,7 @@ def eps_ceiling_message(eps: float, params: ChannelParams | None, moments: str) 
         return None
     return (
         f"eps={eps:g} is above {ceiling:.4f}, the largest P_err of the formula "
-        f"(exp(-beta^2/Gamma), moments={moments!r}): every neighbor in range is selected, "
+        f"(P(h >= beta), moments={moments!r}): every neighbor in range is selected, "
         f"as without selection; choose eps <= {ceiling:.4f} to select by channel quality"
     )
 
