@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import pfedwn_jax
 from pfedwn_jax import ExperimentConfig, sweep
 from pfedwn_jax.experiment.grid import RunSpec, concerns, expand, key_method, run_config
+from pfedwn_jax.results.plots import shown
 from pfedwn_jax.results.sweep import SweepResult, owned_columns
 from pfedwn_jax.results.table import Table
 
@@ -192,19 +193,20 @@ def test_heatmap_of_a_method_one_key_does_not_concern(tmp_path):
 
 
 # ------------------------------------------------------------------------------ the sweep
-def _check_owned_sweep(tmp_path, rounds, compared):
-    """local, fedavg, pfedwn over `pfedwn.a` x 2 seeds: runs counted from the rows, the runs
-    `compared` (indices) each equal to `run()` of its own config, summary and files."""
+def _check_owned_sweep(tmp_path, method, key, rounds, compared):
+    """local, fedavg and `method` over `key` (two values) x 2 seeds: runs counted from the
+    rows, the runs `compared` (indices) each equal to `run()` of its own config, summary and
+    files."""
     config = ExperimentConfig(
-        **{**VARIED_RUN, "rounds": rounds}, algorithms=("local", "fedavg", "pfedwn")
+        **{**VARIED_RUN, "rounds": rounds}, algorithms=("local", "fedavg", method)
     )
-    grid = {"pfedwn.a": [0.3, 0.7]}
+    grid = {key: [0.3, 0.7]}
     res = sweep(config, seeds=[0, 1], grid=grid, block=1, progress=False)
     pairs = {(int(r), str(m)) for r, m in zip(res.rows["run"], res.rows["method"])}
     per_method = {m: sum(1 for _, n in pairs if n == m) for m in config.method_names}
-    assert per_method == {"local": 2, "fedavg": 2, "pfedwn": 4}
-    assert res.meta["owners"] == {"pfedwn.a": "pfedwn"}
-    assert res.meta["programs"] == 2  # all three methods; pfedwn alone
+    assert per_method == {"local": 2, "fedavg": 2, method: 4}
+    assert res.meta["owners"] == {key: method}
+    assert res.meta["programs"] == 2  # all three methods; `method` alone
     specs = expand(config, [0, 1], grid)
     for spec in (specs[i] for i in compared):
         own = pfedwn_jax.run(run_config(config, spec), progress=False)
@@ -214,24 +216,26 @@ def _check_owned_sweep(tmp_path, rounds, compared):
             np.testing.assert_allclose(
                 res.rows["target_accuracy"][sel], own.methods[name]["target_accuracy"], atol=1e-6
             )
-    assert [(e["method"], e["n"]) for e in res.summary()] == [
-        ("local", 2),
-        ("fedavg", 2),
-        ("pfedwn", 2),
-        ("pfedwn", 2),
+    summary = [(e["method"], shown(e[key]), e["n"]) for e in res.summary()]
+    assert summary == [
+        ("local", "-", 2),
+        ("fedavg", "-", 2),
+        (method, "0.3", 2),
+        (method, "0.7", 2),
     ]
     back = SweepResult.load(res.save(tmp_path, plots=False)["sweep"].parent)
-    np.testing.assert_array_equal(back.rows["pfedwn.a"], res.rows["pfedwn.a"])
+    np.testing.assert_array_equal(back.rows[key], res.rows[key])
 
 
 def test_sweep_runs_other_methods_once_per_seed_and_runs_equal_run(tmp_path):
-    """The quick tier: one round; a run of every method and a pFedWN-only run against run()."""
-    _check_owned_sweep(tmp_path, rounds=1, compared=(0, 3))
+    """The quick tier: FedProx's mu, one round; a run of every method and a FedProx-only run
+    against run()."""
+    _check_owned_sweep(tmp_path, "fedprox", "fedprox.mu", rounds=1, compared=(0, 3))
 
 
 @pytest.mark.slow
-def test_sweep_of_an_owned_key_equals_every_run(tmp_path):
-    _check_owned_sweep(tmp_path, rounds=2, compared=range(4))
+def test_sweep_of_pfedwn_a_equals_every_run(tmp_path):
+    _check_owned_sweep(tmp_path, "pfedwn", "pfedwn.a", rounds=2, compared=range(4))
 
 
 def test_resume_of_an_owned_key_sweep_is_exact(tmp_path, monkeypatch):
