@@ -178,7 +178,7 @@ def _check_key(config: ExperimentConfig, key: Any) -> None:
     if key == "seed":
         hint = " (seeds are their own argument: seeds=/--seeds, not a grid key)"
     elif key in ("algorithms", "methods"):
-        hint = " (the methods are the config's `algorithms`; every run runs all of them)"
+        hint = " (the methods are the config's `algorithms`)"
     elif isinstance(key, str) and "." in key:
         hint = f" (methods run: {list(config.method_names)})"
     raise ValueError(f"grid: unknown key {key!r}{hint}; allowed: {list(allowed)}")

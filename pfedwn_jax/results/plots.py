@@ -59,8 +59,9 @@ def plot_curves(res: SweepResult, path: str | Path, metric: str = "target_accura
         ax.grid(alpha=0.3)
     for ax in axes[:, 0]:
         ax.set_ylabel(f"{metric} (%)" if scale == 100.0 else metric)
-    if res.swept:
-        axes.flat[0].legend(fontsize=7)
+    if res.swept:  # each panel its own: a method lists only the keys that concern it
+        for ax in axes.flat[: len(methods)]:
+            ax.legend(fontsize=7)
     fig.suptitle("mean over seeds; band: 95% confidence interval (Student t)", fontsize=9)
     fig.tight_layout()
     return save_figure(fig, path)
