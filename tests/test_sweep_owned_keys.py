@@ -258,3 +258,16 @@ def test_resume_of_an_owned_key_sweep_is_exact(tmp_path, monkeypatch):
     resumed = sweep(config, **kwargs, resume=True)
     for key in ("run", "method", "round", "pfedwn.a", "target_accuracy", "target_loss"):
         np.testing.assert_array_equal(resumed.rows[key], full.rows[key], err_msg=key)
+
+
+def test_saved_models_of_an_owned_key_sweep(tmp_path):
+    """Every method's models are kept for the runs that ran it; another run says so."""
+    config = ExperimentConfig(**{**VARIED_RUN, "rounds": 1}, algorithms=("local", "fedprox"))
+    grid = {"fedprox.mu": [0.1, 0.2]}
+    sweep(config, seeds=[0], grid=grid, progress=False, save_models=tmp_path / "m")
+    saved = pfedwn_jax.load_models(tmp_path / "m")
+    assert saved.methods == ("local", "fedprox") and saved.num_runs == 2
+    assert saved.labels(1) == {"seed": 0, "fedprox.mu": 0.2}
+    assert saved.params("local", 0) is not None and saved.params("fedprox", 1) is not None
+    with pytest.raises(ValueError, match=r"run 1 did not run 'local'.*\['fedprox'\]"):
+        saved.params("local", 1)
