@@ -105,6 +105,8 @@ def owned_columns(rows: Mapping[str, np.ndarray], owners: Mapping[str, str]) -> 
     "pfedwn"`) missing in the rows of the other methods: NaN (int and bool columns become
     float) or "" (text)."""
     out = dict(rows)
+    if "method" not in rows:  # no rows
+        return out
     for key, method in owners.items():
         col, other = np.asarray(rows[key]), np.asarray(rows["method"]) != method
         if not other.any():
@@ -198,9 +200,10 @@ class SweepResult:
             i = int(np.flatnonzero(codes == dup)[0])
             key = tuple(_scalar(r[k][i]) for k in ("run", "method", "round"))
             raise ValueError(f"rows repeat (run, method, round) = {key}")
+        per_run = _codes([r["run"]], len(self))
+        per_pair = _codes([r["run"], r["method"]], len(self)) if self.swept else per_run
         for name in ("seed", *self.swept):
-            by = [r["run"]] if name == "seed" else [r["run"], r["method"]]
-            first, run_code = _codes(by, len(self))
+            first, run_code = per_run if name == "seed" else per_pair
             changed = r[name] != r[name][first][run_code]
             if r[name].dtype.kind == "f":
                 changed &= ~(np.isnan(r[name]) & np.isnan(r[name][first][run_code]))
