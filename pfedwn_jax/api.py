@@ -14,11 +14,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pfedwn_jax.experiment.config import ExperimentConfig
-from pfedwn_jax.experiment.grid import expand, run_config
+from pfedwn_jax.experiment.grid import expand, key_method, run_config
 from pfedwn_jax.experiment.setup import Experiment, data_info
 from pfedwn_jax.results.entries import method_entry
 from pfedwn_jax.results.result import Result
-from pfedwn_jax.results.sweep import SweepResult
+from pfedwn_jax.results.sweep import SweepResult, owned_columns
 from pfedwn_jax.results.table import Table
 from pfedwn_jax.runner.job import compiled_block, config_list, run_job
 from pfedwn_jax.runner.links import mobility_summary
@@ -63,11 +63,12 @@ def sweep(
 
     One config: every run of `seeds` x `grid` (`experiment.grid.expand`; `zip=True` pairs
     the grid's lists instead of their product), each computing what
-    `run(grid.run_config(config, spec))` computes. A list of configs: one run each, named
-    in the table by `labels` (one dict per config; default `{"seed": config.seed}`; the
-    keys other than `seed` are the swept columns). `options` / `**keywords` as in `run`
-    (one TensorBoard directory or W&B run per run; `load_models` run i is the table's run
-    i). See docs/sweeps.md.
+    `run(grid.run_config(config, spec))` computes; a key `"<method>.<field>"` multiplies
+    that method's runs alone (the others run once per seed, the key missing in their rows).
+    A list of configs: one run each, named in the table by `labels` (one dict per config;
+    default `{"seed": config.seed}`; the keys other than `seed` are the swept columns).
+    `options` / `**keywords` as in `run` (one TensorBoard directory or W&B run per run;
+    `load_models` run i is the table's run i). See docs/sweeps.md.
     """
     opt = options_from(options, keywords, records=())
     if isinstance(configs, ExperimentConfig):
@@ -77,7 +78,8 @@ def sweep(
         cfgs = [run_config(configs, s) for s in specs]
         labs = [{"seed": s.seed, **s.values} for s in specs]
         swept: tuple[str, ...] = tuple(grid or {})
-        about: dict[str, Any] = {"config": configs.to_dict()}
+        owners = {k: m for k in swept if (m := key_method(k)) is not None}
+        about: dict[str, Any] = {"config": configs.to_dict(), "owners": owners}
         about |= {"seeds": sorted({s.seed for s in specs})}
         about |= {"grid": {k: list(v) for k, v in (grid or {}).items()}, "zip": zip}
     else:
@@ -88,6 +90,7 @@ def sweep(
         if len(labs) != len(cfgs):
             raise ValueError(f"labels: one per config ({len(cfgs)}); got {len(labs)}")
         swept, about = tuple(k for k in labs[0] if k != "seed") if labs else (), {}
+        owners = {}
     job = run_job(cfgs, labs, opt)
     job.meta.update(about, block=opt.block)
     kept: dict[str, Any] = {
@@ -95,7 +98,8 @@ def sweep(
         for (run, method), track in job.table.tracks.items()
         for key in track.records
     }
-    return SweepResult(job.table.columns(), swept, job.meta, kept)
+    rows = owned_columns(job.table.columns(), owners) if owners else job.table.columns()
+    return SweepResult(rows, swept, job.meta, kept)
 
 
 def result_of(table: Table, run: int, exp: Experiment, meta: dict[str, Any], t0: float) -> Result:

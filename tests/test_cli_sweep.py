@@ -82,6 +82,7 @@ def test_flags_reach_sweep(tmp_path, capsys, fake_sweep):
     assert call["result"].saved_to == out
     printed = capsys.readouterr().out
     assert "24 run(s) = 6 grid point(s) x 4 seed(s)" in printed
+    assert "methods (runs): fedavg (8), pfedwn (24)" in printed  # fedavg once per lr
     assert "FAKE SUMMARY TABLE" in printed and str(out / "sweep.csv") in printed
 
 

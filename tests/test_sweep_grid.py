@@ -129,7 +129,8 @@ def test_expand_without_grid_runs_the_seeds():
     for grid in (None, {}):
         for paired in (False, True):
             runs = expand(BASE, "2,0", grid, zip=paired)
-            assert runs == (RunSpec(0, 2, {}), RunSpec(1, 0, {}))
+            every = BASE.method_names
+            assert runs == (RunSpec(0, 2, {}, every), RunSpec(1, 0, {}, every))
 
 
 def test_expand_normalises_values_as_the_config_stores_them():

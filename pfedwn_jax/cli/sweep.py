@@ -249,7 +249,10 @@ def main(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
     print(
         f"sweep: {len(opts.runs)} run(s) = {len(opts.runs) // len(opts.seeds)} grid point(s) x "
-        f"{len(opts.seeds)} seed(s); methods: {', '.join(opts.config.method_names)}"
+        f"{len(opts.seeds)} seed(s); methods (runs): "
+        + ", ".join(
+            f"{m} ({sum(m in r.methods for r in opts.runs)})" for m in opts.config.method_names
+        )
     )
 
     checkpoint = out / CHECKPOINT

@@ -8,6 +8,13 @@ config on the host, so a bad key or value fails before anything is compiled; `ru
 gives one run's config, a plain `ExperimentConfig`: `run(run_config(config, spec))` is that
 run on its own.
 
+A key belongs to what it sets (`key_method`): `"<method>.<field>"` concerns that method
+alone, a config field every method. A method runs at the grid points that differ in the keys
+that concern it, once per seed: a sweep of `{"pfedwn.a": [0.3, 0.7]}` over local, fedavg and
+pfedwn runs pfedwn at both values and the others once (at the first point, where the other
+keys take their first values). A run (`RunSpec`) names the methods it runs; a grid point that
+runs none is no run.
+
 Seeds. Each run sets `seed` (model initialisation and local batch order) to its own seed; the
 base config's `seed` is ignored. Of the two other seeds:
 
@@ -84,13 +91,15 @@ class RunSpec(NamedTuple):
     """One run of a sweep: its position in the sweep, its seed and its swept values.
 
     `values` maps each grid key to this run's value, normalised as the config stores it
-    (`{"lr": 0.05, "pfedwn.a": 0.3}`); empty when nothing but the seed is swept.
+    (`{"lr": 0.05, "pfedwn.a": 0.3}`); empty when nothing but the seed is swept. `methods`:
+    the methods this run runs, in the config's order (empty: all of the config's).
     """
 
     # shadows `tuple.index`; a public field name older than the type check
     index: int  # type: ignore[assignment]
     seed: int
     values: dict[str, Any]
+    methods: tuple[str, ...] = ()
 
 
 # ---------------------------------------------------------------------------------- seeds
@@ -151,6 +160,18 @@ def grid_keys(config: ExperimentConfig) -> tuple[str, ...]:
     return GRID_FIELDS + methods
 
 
+def key_method(key: str) -> str | None:
+    """The method grid key `key` belongs to (`"pfedwn.a"` -> `"pfedwn"`), or None for a
+    config field, which concerns every method."""
+    method, dot, _ = key.partition(".")
+    return method if dot else None
+
+
+def concerns(key: str, method: str) -> bool:
+    """Whether grid key `key` changes what `method` computes (see the module doc)."""
+    return key_method(key) in (None, method)
+
+
 def _check_key(config: ExperimentConfig, key: Any) -> None:
     """ValueError naming `key` and the allowed keys unless `key` is one of `grid_keys`."""
     allowed = grid_keys(config)
@@ -160,7 +181,7 @@ def _check_key(config: ExperimentConfig, key: Any) -> None:
     if key == "seed":
         hint = " (seeds are their own argument: seeds=/--seeds, not a grid key)"
     elif key in ("algorithms", "methods"):
-        hint = " (the methods are the config's `algorithms`; every run runs all of them)"
+        hint = " (the methods are the config's `algorithms`)"
     elif isinstance(key, str) and "." in key:
         hint = f" (methods run: {list(config.method_names)})"
     raise ValueError(f"grid: unknown key {key!r}{hint}; allowed: {list(allowed)}")
@@ -169,18 +190,23 @@ def _check_key(config: ExperimentConfig, key: Any) -> None:
 # ------------------------------------------------------------------------------ run config
 def run_config(config: ExperimentConfig, spec: RunSpec) -> ExperimentConfig:
     """The config of run `spec`: `seed=spec.seed`, swept fields replaced, `"<method>.<field>"`
-    merged into `config.hparams[method]` (other overrides kept). Validated as any config."""
+    of a method the run runs merged into `config.hparams[method]` (other overrides kept), and
+    `algorithms` the run's `methods` where they are fewer than the config's. Validated as
+    any config."""
     fields: dict[str, Any] = {}
     hparams = {m: dict(h) for m, h in config.hparams.items()}
+    methods = spec.methods or config.method_names
     for key, value in spec.values.items():
         _check_key(config, key)
         method, dot, name = key.partition(".")
-        if dot:
-            hparams.setdefault(method, {})[name] = value
-        else:
+        if not dot:
             fields[key] = value
+        elif method in methods:
+            hparams.setdefault(method, {})[name] = value
     if hparams != config.hparams:
         fields["hparams"] = hparams
+    if tuple(methods) != config.method_names:
+        fields["algorithms"] = tuple(methods)
     return config.replace(seed=spec.seed, **fields)
 
 
@@ -200,7 +226,9 @@ def expand(
 ) -> tuple[RunSpec, ...]:
     """The runs of a sweep, in order: the product of the grid's lists (first key outermost)
     and `seeds` (`parse_seeds`), seeds innermost. `zip=True` pairs the lists position by
-    position instead (equal lengths). Every run's config is validated here (see module doc).
+    position instead (equal lengths). Each run runs the methods for which its grid point is
+    the first with its values of the keys that concern them (`concerns`); points that run
+    no method are left out. Every run's config is validated here (see module doc).
 
     Raises ValueError for an unknown key (naming it and the allowed keys), a value that is not
     a non-empty list, a value the config rejects (naming `grid[<key>]` and the value), a
@@ -221,8 +249,29 @@ def expand(
             run_config(config, RunSpec(0, seeds[0], point))
         except ValueError as e:
             raise ValueError(f"grid point {point}: {e}") from None
-    runs = itertools.product(points, seeds)
-    return tuple(RunSpec(i, s, dict(p)) for i, (p, s) in enumerate(runs))
+    methods = point_methods(config, points)
+    runs = [(p, methods[i]) for i, p in enumerate(points) if methods[i]]
+    return tuple(
+        RunSpec(i, s, dict(p), m) for i, ((p, m), s) in enumerate(itertools.product(runs, seeds))
+    )
+
+
+def point_methods(
+    config: ExperimentConfig, points: Sequence[Mapping[str, Any]]
+) -> list[tuple[str, ...]]:
+    """Per grid point, the methods run there: each method at the first point with each
+    combination of the values of the keys that concern it (`concerns`)."""
+    seen: set[tuple] = set()
+    out = []
+    for point in points:
+        here = []
+        for m in config.method_names:
+            own = (m, *((k, v) for k, v in point.items() if concerns(k, m)))
+            if own not in seen:
+                seen.add(own)
+                here.append(m)
+        out.append(tuple(here))
+    return out
 
 
 def _checked_lists(

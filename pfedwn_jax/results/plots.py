@@ -18,7 +18,10 @@ _BAR = ("mean", "ci_low", "ci_high")  # the summary entries an error bar is draw
 
 
 def shown(value: Any) -> str:
-    """A swept value for tables, labels and tick marks (floats in `%g`)."""
+    """A swept value for tables, labels and tick marks (floats in `%g`); "-" where the
+    value is missing (NaN, "" or None: a key that does not concern the method)."""
+    if value is None or value == "" or (isinstance(value, float) and value != value):
+        return "-"
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
@@ -34,7 +37,7 @@ def plot_curves(res: SweepResult, path: str | Path, metric: str = "target_accura
     if plt is None:
         return None
     methods, scale = res.methods, 100.0 if metric.endswith("accuracy") else 1.0
-    points = list(dict.fromkeys(tuple(c[k] for k in res.swept) for c in curves))
+    points = list(dict.fromkeys(tuple(shown(c[k]) for k in res.swept) for c in curves))
     ncols = min(3, len(methods))
     nrows = -(-len(methods) // ncols)
     fig, axes = plt.subplots(
@@ -42,8 +45,9 @@ def plot_curves(res: SweepResult, path: str | Path, metric: str = "target_accura
     )
     for c in curves:
         ax = axes.flat[methods.index(c["method"])]
-        color = _color(plt, points.index(tuple(c[k] for k in res.swept)), len(points))
-        label = ", ".join(f"{k}={shown(c[k])}" for k in res.swept) or c["method"]
+        color = _color(plt, points.index(tuple(shown(c[k]) for k in res.swept)), len(points))
+        own = [k for k in res.swept if shown(c[k]) != "-"]  # keys that concern the method
+        label = ", ".join(f"{k}={shown(c[k])}" for k in own) or c["method"]
         ax.plot(c["round"], scale * c["mean"], color=color, lw=1.4, label=label)
         band = np.stack([c["ci_low"], c["ci_high"]])
         band = np.clip(band, 0.0, 1.0) if scale == 100.0 else band  # accuracy: in [0, 1]
@@ -55,8 +59,9 @@ def plot_curves(res: SweepResult, path: str | Path, metric: str = "target_accura
         ax.grid(alpha=0.3)
     for ax in axes[:, 0]:
         ax.set_ylabel(f"{metric} (%)" if scale == 100.0 else metric)
-    if res.swept:
-        axes.flat[0].legend(fontsize=7)
+    if res.swept:  # each panel its own: a method lists only the keys that concern it
+        for ax in axes.flat[: len(methods)]:
+            ax.legend(fontsize=7)
     fig.suptitle("mean over seeds; band: 95% confidence interval (Student t)", fontsize=9)
     fig.tight_layout()
     return save_figure(fig, path)
@@ -68,7 +73,8 @@ def plot_vs_key(
     """`stat` target accuracy (%) against the one varying swept key: per method, the mean
     over seeds with its 95% Student-t interval as error bars (none for one seed). Numbers
     on a numeric axis (logarithmic when positive and spanning a factor of 20 or more),
-    other values as categories. `ValueError` unless exactly one key varies; None (nothing
+    other values as categories. A method the key does not concern is one dashed flat line
+    (its band shaded). `ValueError` unless exactly one key varies; None (nothing
     written) without matplotlib."""
     if len(res.varying) != 1:
         raise ValueError(
@@ -80,17 +86,22 @@ def plot_vs_key(
     plt = pyplot()
     if plt is None:
         return None
-    values = np.unique(res.rows[key])
+    values = res.values_of(key)
     numeric = values.dtype.kind in "iuf"
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
     for i, method in enumerate(res.methods):
+        color = _color(plt, i, len(res.methods))
         entries = [e for e in summary if e["method"] == method]
-        at = [np.flatnonzero(values == e[key])[0] for e in entries]
-        x = values[at] if numeric else np.asarray(at, float)
         mean, low, high = (np.array([e[f"{stat}_{k}"] for e in entries]) for k in _BAR)
         low, high = np.clip(low, 0.0, 1.0), np.clip(high, 0.0, 1.0)  # accuracies
+        if shown(entries[0][key]) == "-":  # the key does not concern it: one flat line
+            ax.axhline(100 * mean[0], color=color, lw=1.4, ls="--", label=f"{method} (no {key})")
+            if np.isfinite(low[0]):
+                ax.axhspan(100 * low[0], 100 * high[0], color=color, alpha=0.12, lw=0)
+            continue
+        at = [np.flatnonzero(values == e[key])[0] for e in entries]
+        x = values[at] if numeric else np.asarray(at, float)
         err = np.nan_to_num(np.stack([mean - low, high - mean]))  # n = 1: no bar
-        color = _color(plt, i, len(res.methods))
         style = {"marker": "o", "capsize": 3, "lw": 1.4}
         ax.errorbar(x, 100 * mean, yerr=100 * err, color=color, label=method, **style)
     if numeric and values.min() > 0 and values.max() >= 20 * values.min():
@@ -110,7 +121,8 @@ def plot_heatmap(
     res: SweepResult, path: str | Path, method: str, stat: str = "final", window: int = 5
 ) -> Path | None:
     """A 2-D grid's mean `stat` target accuracy (%) over seeds of `method`, as a heatmap
-    with the values written in the cells (blank: not run). `ValueError` unless exactly two
+    with the values written in the cells (blank: not run; a key that does not concern
+    `method` is one row or column "-"). `ValueError` unless exactly two
     keys are swept; None (nothing written) without matplotlib."""
     rows, cols, cells = res.heatmap_values(method, stat, window)
     plt = pyplot()

@@ -5,6 +5,11 @@ else is computed from the rows on the host with numpy: `summary()` (per grid poi
 mean, standard deviation and Student-t 95% interval over seeds of the final, last-`window`-round
 mean and maximum target accuracy; intervals in `results.stats`), `curves()` (the same per
 round), CSV/JSON files, and plots (`results.plots`).
+
+A swept key that does not concern a method (`"pfedwn.a"` for local: `owned_columns`) is
+missing in that method's rows: NaN in a numeric column (an int or bool column becomes float
+there), "" in a text column; the summary and its table show such a method once, with "-"
+for the key, and the plots draw it once (a flat line against the key).
 See `docs/sweeps.md` ("Outputs").
 """
 
@@ -86,6 +91,33 @@ def _codes(columns: Sequence[np.ndarray], length: int) -> tuple[np.ndarray, np.n
     return first[order], rank[inverse.reshape(-1)]
 
 
+def missing(column: np.ndarray) -> np.ndarray:
+    """`[L]` bool: the rows where a swept column has no value (NaN, or "" in text)."""
+    if column.dtype.kind == "f":
+        return np.isnan(column)
+    if column.dtype.kind == "U":
+        return column == ""
+    return np.zeros(column.shape, bool)
+
+
+def owned_columns(rows: Mapping[str, np.ndarray], owners: Mapping[str, str]) -> dict:
+    """`rows` with each column `key` of `owners` (`key -> method`, e.g. `"pfedwn.a" ->
+    "pfedwn"`) missing in the rows of the other methods: NaN (int and bool columns become
+    float) or "" (text)."""
+    out = dict(rows)
+    if "method" not in rows:  # no rows
+        return out
+    for key, method in owners.items():
+        col, other = np.asarray(rows[key]), np.asarray(rows["method"]) != method
+        if not other.any():
+            continue
+        if col.dtype.kind == "U":
+            out[key] = np.where(other, "", col)
+        else:
+            out[key] = np.where(other, np.nan, col.astype(np.float64))
+    return out
+
+
 def _scalar(value: Any) -> Any:
     """A numpy scalar as the Python scalar JSON and f-strings expect."""
     return value.item() if hasattr(value, "item") else value
@@ -156,7 +188,8 @@ class SweepResult:
         return swept
 
     def _check_consistent(self) -> None:
-        """One row per (run, method, round); rounds >= 1; seed and swept values fixed per run."""
+        """One row per (run, method, round); rounds >= 1; the seed fixed per run, swept values
+        per run and method (a key missing for one method: `owned_columns`)."""
         r = self.rows
         for name, low in (("run", 0), ("round", 1)):
             if len(self) and r[name].min() < low:
@@ -167,8 +200,10 @@ class SweepResult:
             i = int(np.flatnonzero(codes == dup)[0])
             key = tuple(_scalar(r[k][i]) for k in ("run", "method", "round"))
             raise ValueError(f"rows repeat (run, method, round) = {key}")
-        first, run_code = _codes([r["run"]], len(self))
+        per_run = _codes([r["run"]], len(self))
+        per_pair = _codes([r["run"], r["method"]], len(self)) if self.swept else per_run
         for name in ("seed", *self.swept):
+            first, run_code = per_run if name == "seed" else per_pair
             changed = r[name] != r[name][first][run_code]
             if r[name].dtype.kind == "f":
                 changed &= ~(np.isnan(r[name]) & np.isnan(r[name][first][run_code]))
@@ -205,8 +240,16 @@ class SweepResult:
     @property
     def varying(self) -> tuple[str, ...]:
         """The swept keys that take more than one value in the rows (a grid list of one value
-        is swept but does not vary)."""
-        return tuple(k for k in self.swept if np.unique(self.rows[k]).size > 1)
+        is swept but does not vary; a missing value is none)."""
+        return tuple(k for k in self.swept if self.values_of(k).size > 1)
+
+    def values_of(self, key: str, method: str | None = None) -> np.ndarray:
+        """The sorted distinct values of swept `key` (in the rows of `method`), missing
+        ones left out."""
+        col = self.rows[key]
+        if method is not None:
+            col = col[self.rows["method"] == method]
+        return np.unique(col[~missing(col)])
 
     @property
     def num_runs(self) -> int:
@@ -341,17 +384,18 @@ class SweepResult:
         self, method: str, stat: str = "final", window: int = 5
     ) -> tuple[list[Any], list[Any], np.ndarray]:
         """(values of swept[0], values of swept[1], mean `stat` `[len0, len1]`) of `method`:
-        the heatmap's cells, sorted values, NaN where a combination was not run."""
+        the heatmap's cells, sorted values, NaN where a combination was not run. A key that
+        does not concern `method` (missing in its rows) has the one value None."""
         if len(self.swept) != 2:
             raise ValueError(
                 f"a heatmap needs a 2-D grid (two swept keys); this sweep sweeps {list(self.swept)}"
             )
         method = check_choice("method", method, self.methods)
         stat = check_choice("stat", stat, STATS)
-        axes = [np.unique(self.rows[k]).tolist() for k in self.swept]
+        axes = [self.values_of(k, method).tolist() or [None] for k in self.swept]
         cells = np.full((len(axes[0]), len(axes[1])), np.nan)
         for entry in self.select(method=method).summary(window):
-            i, j = (axes[a].index(entry[k]) for a, k in enumerate(self.swept))
+            i, j = (_position(axes[a], entry[k]) for a, k in enumerate(self.swept))
             cells[i, j] = entry[f"{stat}_mean"]
         return axes[0], axes[1], cells
 
@@ -478,9 +522,9 @@ class SweepResult:
     def save(self, out_dir: str | Path, window: int = 5, plots: bool = True) -> dict[str, Path]:
         """Write `rows.csv`, `sweep.json`, `summary.json`, `records.npz` (kept records) and,
         with matplotlib and `plots`, `curves.png` and (2-D grid) `heatmap_METHOD.png` per
-        method into `out_dir`; returns name -> path. With exactly one varying key
-        (`varying`) also `vs_KEY.png` (`plot_vs_key`). `SweepResult.load(out_dir)` reads it
-        back."""
+        method that both keys concern into `out_dir`; returns name -> path. With exactly one
+        varying key (`varying`) also `vs_KEY.png` (`plot_vs_key`). `SweepResult.load(out_dir)`
+        reads it back."""
         out = check_writable_dir(out_dir)
         summary = {"schema": SUMMARY_SCHEMA, "window": window, "level": LEVEL}
         summary |= {"swept": list(self.swept), "groups": self.summary(window)}
@@ -505,8 +549,9 @@ class SweepResult:
             key = self.varying[0]
             name = "vs_" + re.sub(r"[^A-Za-z0-9._-]", "_", key)
             plotted(name, self.plot_vs_key(out / f"{name}.png", window=window))
-        if len(self.swept) == 2:
-            for m in self.methods:
+        if len(self.swept) == 2:  # the methods that vary over both keys
+            both = [m for m in self.methods if all(self.values_of(k, m).size for k in self.swept)]
+            for m in both:
                 heatmap = out / f"heatmap_{m}.png"
                 plotted(f"heatmap_{m}", self.plot_heatmap(heatmap, m, window=window))
         return paths
@@ -528,6 +573,12 @@ class SweepResult:
 
 
 # --------------------------------------------------------------------------- helpers
+def _position(values: list[Any], value: Any) -> int:
+    """The index of `value` in `values`; a missing value (NaN or "") is at None."""
+    gone = value == "" or (isinstance(value, float) and math.isnan(value))
+    return values.index(None if gone else value)
+
+
 def _pm(mean: float, high: float) -> str:
     """`mean +- half-width` in %, or the mean alone where the interval is NaN (n = 1)."""
     if math.isnan(high):

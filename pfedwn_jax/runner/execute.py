@@ -100,7 +100,7 @@ class Job:
 
     def __init__(self, exps, labels, mesh, options, ckpt) -> None:
         self.exps, self.mesh, self.opt, self.ckpt = exps, mesh, options, ckpt
-        self.methods = exps[0].config.method_names
+        self.methods = tuple(dict.fromkeys(m for e in exps for m in e.config.method_names))
         runs = [
             RunInfo(np.asarray(e.federation.is_target, bool), e.federation.data_client)
             for e in exps
@@ -151,7 +151,7 @@ class Job:
         todo = [
             (gi, name)
             for gi in range(len(self.groups))
-            for name in self.methods
+            for name in self.exps[self.programs[gi][0]].config.method_names
             if (gi, name) not in self.finished
         ]
         for i, (gi, name) in enumerate(todo):
@@ -438,8 +438,9 @@ def execute(
     options: Options,
     checkpoint: Checkpoint | None = None,
 ) -> tuple[Table, dict[str, Any]]:
-    """Run every method of every run (all with the same methods and rounds); returns the
-    filled `Table` and the job's `meta` (programs, devices, timings)."""
+    """Run every method of every run (all with the same rounds; a program's runs share their
+    methods, `groups.run_key`); returns the filled `Table` and the job's `meta` (programs,
+    devices, timings)."""
     job = Job(list(exps), labels, mesh, options, checkpoint)
     try:
         job.run()

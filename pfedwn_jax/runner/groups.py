@@ -1,10 +1,11 @@
 """Runs grouped into programs: what shares a compiled program, how many runs fit, placement.
 
 Runs share a program when `run_key` is equal (`batch.program_key`: model, data shapes, the
-schedule, the link model; plus every method's static hyperparameters). A group is split into
-programs of as many runs as the memory plan fits (`runner.memory`), a multiple of the mesh's
-run axis, each padded to it by repeating its last run; its contexts are padded to common
-shapes, stacked along a run axis (shared leaves kept once) and placed on the mesh.
+schedule, the link model; plus the methods run and each one's static hyperparameters). A
+group is split into programs of as many runs as the memory plan fits (`runner.memory`), a
+multiple of the mesh's run axis, each padded to it by repeating its last run; its contexts
+are padded to common shapes, stacked along a run axis (shared leaves kept once) and placed
+on the mesh.
 """
 
 from __future__ import annotations
@@ -68,10 +69,10 @@ class Group:
 
 
 def run_key(exp: Experiment) -> tuple:
-    """Runs with equal keys share programs: `program_key` plus every method's static
-    hyperparameters."""
+    """Runs with equal keys share programs: `program_key` plus the methods run and each
+    one's static hyperparameters."""
     c = exp.config
-    return program_key(exp) + tuple(static_hparams(c.hparams_for(m)) for m in c.method_names)
+    return program_key(exp) + tuple((m, static_hparams(c.hparams_for(m))) for m in c.method_names)
 
 
 def plan_programs(

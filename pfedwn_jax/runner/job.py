@@ -91,16 +91,12 @@ def _open_checkpoint(
 
 
 def _check_same(exps: Sequence[Experiment]) -> None:
-    """Every run has the same methods and rounds (one table, one round axis)."""
+    """Every run has the same rounds (one table, one round axis); a run may run fewer methods
+    than another (a sweep over one method's hyperparameter runs the others once)."""
     if not exps:
         raise ValueError("a job needs at least one run; got none")
     first = exps[0].config
     for e in exps[1:]:
-        if e.config.method_names != first.method_names:
-            raise ValueError(
-                f"every run needs the same methods; got {first.method_names} and "
-                f"{e.config.method_names}"
-            )
         if e.config.rounds != first.rounds:
             raise ValueError(
                 f"every run needs the same rounds; got {first.rounds} and {e.config.rounds}"

@@ -147,7 +147,7 @@ class SavedModels:
     """A job's saved models (`load_models`).
 
     Attributes:
-      path: the directory. methods: the methods saved for every run.
+      path: the directory. methods: the methods saved for every run that ran them.
       num_runs: runs of the job (`run()`: 1; a sweep: one per grid point and seed, in the
         order of `SweepResult`'s `run` column; the CLI's cases in their table order).
     """
@@ -158,7 +158,9 @@ class SavedModels:
         saved = {(int(p), m) for p, m in index["saved"]}
         self._files = {m: i for i, m in enumerate(index["methods"])}
         self.methods = tuple(
-            m for m in index["methods"] if all((r["program"], m) in saved for r in self._runs)
+            m
+            for m in index["methods"]
+            if all((r["program"], m) in saved for r in self._runs if _runs_method(r, m))
         )
         self.num_runs = len(self._runs)
         self._cache: dict[tuple[int, str], Any] = {}
@@ -209,6 +211,11 @@ class SavedModels:
         if method not in self.methods:
             raise ValueError(
                 f"method {method!r} has no saved models in {self.path}; saved: {list(self.methods)}"
+            )
+        if not _runs_method(entry, method):
+            raise ValueError(
+                f"run {run} did not run {method!r} (a grid key of another method varies there); "
+                f"it ran {list(entry['config']['algorithms'])}"
             )
         program = int(entry["program"])
         stacked = self._program(program, method)
@@ -263,3 +270,9 @@ def load_models(path: str | Path) -> SavedModels:
         got = index.get("format") if isinstance(index, dict) else type(index).__name__
         raise ValueError(f"{index_file}: format must be {FORMAT!r}; got {got!r}")
     return SavedModels(path, index)
+
+
+def _runs_method(entry: dict[str, Any], method: str) -> bool:
+    """Whether the run of `entry` ran `method` (its config's `algorithms`; empty: all)."""
+    algorithms = entry["config"].get("algorithms") or []
+    return not algorithms or method in algorithms
