@@ -80,13 +80,15 @@ from pfedwn_jax.algorithms.common import (
     local_update,
     neighbor_models,
 )
-from pfedwn_jax.em import estimate_weights, m_step, responsibilities
+from pfedwn_jax.em import estimate_weights, m_step, near_uniform, responsibilities
 from pfedwn_jax.engine import ClientState, cross_evaluate, mix_sparse, take_slots
 from pfedwn_jax.engine.evaluate import slot_bytes
 from pfedwn_jax.engine.tree import block_size, chunked_rows
 
 #: Which models EM's E-step evaluates (``PFedWNHParams.pi_from``).
 PI_FROM = ("received", "components")
+#: When a target's pi is re-estimated beyond the schedule (``PFedWNHParams.refresh``).
+REFRESH = ("arrival", "schedule")
 #: Bytes of one chunk's working copies when ``PFedWNHParams.chunk`` is 0 (``em_chunk``).
 CHUNK_BYTES = 256 * 2**20
 
@@ -121,6 +123,19 @@ class PFedWNHParams:
         ours on evidence, docs/algorithms.md: pi then follows whose data explains the
         target's) or ``"components"`` (App. B's loop read literally: the components after
         M-step 2, fine-tuned on the target's own data).
+      refresh: ``"arrival"`` (default, on evidence: docs/robustness.md) re-estimates a
+        target's pi, after warm-up, in any round where a listed neighbor it may combine was
+        not among the components of its current estimate (its first arrival; without
+        ``stale``, a return after a failure), so an estimate never excludes a neighbor for
+        having missed one round's packets; ``"schedule"`` only at the ``em_every`` schedule
+        (and re-selections): an estimate sees the models that arrived in its round. With
+        ideal links both are the same run, bit for bit.
+      uniform_guard: leave out of a target's estimate (weight 0) every neighbor whose model
+        predicts nearly uniformly on the target's data (``em.near_uniform``: mean
+        ``|loss - log C|`` below ``uniform_guard * log C``): a barely trained neighbor (tens
+        of samples, near the shared initial model) otherwise collects the samples that the
+        other neighbors explain badly. A target whose every neighbor is left out keeps its own
+        model. 0 turns the guard off. Default 0.1 (on evidence: docs/algorithms.md).
       chunk: targets whose EM runs at once (cross-evaluation, E-step, M-steps: each chunk
         holds its targets' ``K - 1`` components), the rest one chunk after another; 0
         (default) picks the most whose working copies fit ``CHUNK_BYTES`` (``chunk_size``;
@@ -139,6 +154,8 @@ class PFedWNHParams:
     component_epochs: int = static(1)
     mix_components: bool = static(False)
     pi_from: str = static("received")
+    refresh: str = static("arrival")
+    uniform_guard: float = 0.0
     chunk: int = static(0)
 
     def __post_init__(self) -> None:
@@ -158,6 +175,8 @@ class PFedWNHParams:
             ),
             mix_components=check_bool(name + "mix_components", self.mix_components),
             pi_from=check_choice(name + "pi_from", self.pi_from, PI_FROM),
+            refresh=check_choice(name + "refresh", self.refresh, REFRESH),
+            uniform_guard=check_float(name + "uniform_guard", self.uniform_guard, 0.0, 1.0),
             chunk=check_int(name + "chunk", self.chunk, 0, INT32_MAX),
         )
 
@@ -174,6 +193,8 @@ class PFedWNState(NamedTuple):
         after each outer EM step, and the final (refined) pi.
       rounds_done: ``[]`` int32, completed rounds.
       train_loss: ``[S]`` mean local training loss of the last round.
+      included: ``[S, K]`` bool, the list entries that were components of each row's
+        current estimate (``refresh="arrival"`` re-estimates a row when a usable entry is not).
     """
 
     clients: Any
@@ -181,6 +202,7 @@ class PFedWNState(NamedTuple):
     pi_trace: jax.Array
     rounds_done: jax.Array
     train_loss: jax.Array
+    included: jax.Array
 
 
 def weighed(ctx: RoundContext) -> jax.Array:
@@ -307,6 +329,7 @@ def estimate_pi(
 
     steps, losses = chunked_rows(chunk, s, em_chunk(params, ctx, hp))
     nmask, smask = weighed(ctx)[:, 1:], ctx.train.mask[ctx.data_client]
+    nmask = nmask & ~near_uniform(losses, smask, ctx.model.num_classes, hp.uniform_guard)
     pi0 = _uniform(nmask)
     last = steps[:, -1] if hp.em_steps else pi0
     pi = estimate_weights(
@@ -456,6 +479,7 @@ def init(key: jax.Array, ctx: RoundContext, hp: PFedWNHParams) -> PFedWNState:
         pi_trace=jnp.zeros((hp.em_steps + 2, s, k), jnp.float32),
         rounds_done=jnp.zeros((), jnp.int32),
         train_loss=jnp.zeros((s,), jnp.float32),
+        included=jnp.zeros((s, k), bool),
     )
 
 
@@ -474,6 +498,18 @@ def _em_now(rounds_done: jax.Array, ctx: RoundContext, hp: PFedWNHParams) -> jax
     if reselected is None:
         return due
     return due | (reselected & (rounds_done >= hp.warmup_rounds))
+
+
+def rows_due(state: PFedWNState, ctx: RoundContext, hp: PFedWNHParams) -> jax.Array:
+    """``[S]`` bool: the rows whose pi is (re-)estimated at the start of this round: all at
+    ``_em_now``; with ``refresh="arrival"`` and a link model, also each target row (after
+    warm-up) that may combine a list entry its current estimate did not include."""
+    s = ctx.neighbors.shape[0]
+    rows = jnp.broadcast_to(_em_now(state.rounds_done, ctx, hp), (s,))
+    if hp.refresh == "schedule" or ctx.links is None:  # ideal links: every entry, every round
+        return rows
+    new = (weighed(ctx) & ~state.included).any(1)
+    return rows | (new & ctx.is_target & (state.rounds_done >= hp.warmup_rounds))
 
 
 def _arrived(pi: jax.Array, ctx: RoundContext) -> jax.Array:
@@ -500,15 +536,23 @@ def _estimate_and_mix(
     mixed = lambda pi: mix_sparse(*received, weights(pi), shards=ctx.shards)
     if ctx.neighbors.shape[1] == 1:  # nobody has a neighbor: pFedWN is local training
         return state.pi, state.pi_trace, mixed(state.pi)
-    params, due = state.clients.params, _em_now(state.rounds_done, ctx, hp)
+    params, rows = state.clients.params, rows_due(state, ctx, hp)
+    due = rows.any()
     pi, trace = jax.lax.cond(
         due,
         lambda: estimate_pi(params, key, ctx, hp, received),
         lambda: (state.pi, state.pi_trace),
     )
+    pi = jnp.where(rows[:, None], pi, state.pi)
+    trace = jnp.where(rows[None, :, None], trace, state.pi_trace)
     if not (hp.mix_components and hp.component_updates):  # the components are the received
         return pi, trace, mixed(pi)
-    fine_tuned = lambda: _mix_components(params, key, ctx, hp, received, weights(pi))
+
+    def fine_tuned() -> Any:  # the components where re-estimated, the received elsewhere
+        tuned = _mix_components(params, key, ctx, hp, received, weights(pi))
+        at = lambda x: rows.reshape((-1,) + (1,) * (x.ndim - 1))
+        return jax.tree.map(lambda t, m: jnp.where(at(t), t, m), tuned, mixed(pi))
+
     return pi, trace, jax.lax.cond(due, fine_tuned, lambda: mixed(pi))
 
 
@@ -524,6 +568,10 @@ def _round(
         return aggregation_weights(_arrived(pi, ctx), hp.a, apply)
 
     pi, trace, params = _estimate_and_mix(state, em_key, ctx, hp, received, weights)
+    included = state.included
+    if ctx.neighbors.shape[1] > 1:
+        rows = rows_due(state, ctx, hp)
+        included = jnp.where(rows[:, None], weighed(ctx), state.included)
     clients = state.clients._replace(params=params)
     clients, metrics = local_update(ctx, clients, train_key)
     new = PFedWNState(
@@ -532,6 +580,7 @@ def _round(
         pi_trace=trace,
         rounds_done=state.rounds_done + 1,
         train_loss=metrics["loss"],
+        included=included,
     )
     return new, state.clients.params
 
