@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pfedwn_jax.sweeps.paired import holm, is_separated, paired_bootstrap
+from pfedwn_jax.sweeps.paired import holm, is_separated, paired_bootstrap, paired_t
 
 
 def test_holm_matches_a_hand_computation():
@@ -72,3 +72,41 @@ def test_bad_input_names_the_value():
         paired_bootstrap([50.0], [60.0], 10)
     with pytest.raises(ValueError, match="n_test"):
         paired_bootstrap([0.5], [0.6], 0)
+
+
+def test_paired_t_without_a_test_set_is_scipys_paired_t_test():
+    rng = np.random.default_rng(3)
+    a = 0.9 + 0.01 * rng.standard_normal(5)
+    b = a - 0.004 + 0.003 * rng.standard_normal(5)
+    r = paired_t(a, b, np.inf)
+    ref = stats.ttest_rel(a, b)
+    ci = ref.confidence_interval(0.95)
+    assert r["p"] == pytest.approx(ref.pvalue, rel=1e-9)
+    assert (r["low"], r["high"]) == pytest.approx((ci.low, ci.high), rel=1e-9)
+
+
+def test_paired_t_adds_the_binomial_variance_by_hand():
+    a, b, n = np.array([0.95, 0.96, 0.97]), np.array([0.94, 0.94, 0.95]), 400
+    r = paired_t(a, b, n)
+    d = a - b
+    s2 = d.var(ddof=1) / 3
+    pa, pb = (0.96 * 400 + 0.5) / 401, (0.94333333333 * 400 + 0.5) / 401
+    v = (pa * (1 - pa) + pb * (1 - pb)) / 400
+    df = (s2 + v) ** 2 / (s2**2 / 2)
+    half = stats.t.ppf(0.975, df) * np.sqrt(s2 + v)
+    assert r["df"] == pytest.approx(df, rel=1e-6)
+    assert (r["low"], r["high"]) == pytest.approx((d.mean() - half, d.mean() + half), rel=1e-6)
+    assert r["p"] == pytest.approx(2 * stats.t.sf(d.mean() / np.sqrt(s2 + v), df), rel=1e-6)
+    # equal differences: the two-proportion z test
+    z = paired_t([0.95] * 4, [0.93] * 4, 2000)
+    sd = np.sqrt(
+        sum((p * 2000 + 0.5) / 2001 * (1 - (p * 2000 + 0.5) / 2001) for p in (0.95, 0.93)) / 2000
+    )
+    assert z["p"] == pytest.approx(2 * stats.norm.sf(0.02 / sd), rel=1e-6)
+
+
+def test_paired_t_zero_width_is_never_separated():
+    r = paired_t([1.0, 1.0, 1.0], [0.99, 0.99, 0.99], np.inf)
+    assert r["low"] == r["high"] and not is_separated(r, r["p"])
+    one = paired_t([0.9], [0.8], np.inf)
+    assert np.isnan(one["p"]) and np.isnan(one["low"])
