@@ -135,7 +135,9 @@ class PFedWNHParams:
         ``|loss - log C|`` below ``uniform_guard * log C``): a barely trained neighbor (tens
         of samples, near the shared initial model) otherwise collects the samples that the
         other neighbors explain badly. A target whose every neighbor is left out keeps its own
-        model. 0 turns the guard off. Default 0.1 (on evidence: docs/algorithms.md).
+        model. Default 0 (off; 0.1 separates a 15-sample neighbor after one step, 0.03 of
+        log C, from trained ones, 0.24 and more): on evidence the guard changes which
+        neighbor pi names, not the target's accuracy (docs/algorithms.md).
       chunk: targets whose EM runs at once (cross-evaluation, E-step, M-steps: each chunk
         holds its targets' ``K - 1`` components), the rest one chunk after another; 0
         (default) picks the most whose working copies fit ``CHUNK_BYTES`` (``chunk_size``;

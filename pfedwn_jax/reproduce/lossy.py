@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,15 +55,32 @@ VARIANTS: dict[str, tuple[dict[str, Any], bool]] = {
 }
 
 
-def case_context(data_file: str | Path, failure: float | None, stale: bool = False) -> tuple:
-    """``(ctx, test)``: the case's context (with ``Links`` of a fixed ``failure``, or ideal
-    links for None) and the target's test ``ClientData`` (one client)."""
+#: The small-neighbor case: no neighbor holds sevens in numbers; neighbor 2 has 15 samples
+#: (one local step a round at batch 32: it stays near the shared initial model).
+SMALL_CLIENTS = (
+    {7: 470, 0: 25, 4: 5},
+    {5: 700, 3: 60},
+    {6: 12, 0: 2, 7: 1},
+    {8: 700, 9: 800, 4: 30, 7: 1},
+)
+TINY = 2
+
+
+def case_context(
+    data_file: str | Path,
+    failure: float | None,
+    stale: bool = False,
+    clients: Sequence[Mapping[int, int]] = CLIENTS,
+) -> tuple:
+    """``(ctx, test)``: the case's context (``clients``' class counts, slot 0 the target;
+    ``Links`` of a fixed ``failure``, or ideal links for None) and the target's test
+    ``ClientData`` (one client)."""
     with np.load(data_file) as f:
         x, y = f["x_train"][..., None], f["y_train"].astype(np.int32)
         xt, yt = f["x_test"][..., None], f["y_test"].astype(np.int32)
     rng = np.random.default_rng(0)
     pools = {c: list(rng.permutation(np.flatnonzero(y == c))) for c in range(10)}
-    parts = [np.array([pools[c].pop() for c, k in sp.items() for _ in range(k)]) for sp in CLIENTS]
+    parts = [np.array([pools[c].pop() for c, k in sp.items() for _ in range(k)]) for sp in clients]
     data = jax.tree.map(jnp.asarray, stack_clients(x, y, parts))
     test_idx = np.concatenate([np.flatnonzero(yt == c)[:k] for c, k in TARGET_TEST.items()])
     test = jax.tree.map(jnp.asarray, stack_clients(xt, yt, [test_idx]))
@@ -155,6 +172,26 @@ def study(
     return out
 
 
+def small_study(data_file: str | Path, seeds: Sequence[int], rounds: int) -> dict[str, Any]:
+    """The small-neighbor case (``SMALL_CLIENTS``, ideal links): the tiny neighbor's final
+    pi and the target's accuracy with the guard off and on, and Local (``a = 1``)."""
+    case = case_context(data_file, None, clients=SMALL_CLIENTS)
+    cases = {
+        "guard off": {"uniform_guard": 0.0},
+        "guard 0.1": {"uniform_guard": 0.1},
+        "Local (a=1)": {"a": 1.0},
+    }
+    out: dict[str, Any] = {"rounds": rounds, "seeds": list(seeds), "variants": {}}
+    for name, over in cases.items():
+        runs = run_case(case, over, seeds, rounds)
+        out["variants"][name] = {
+            "overrides": over,
+            "tiny_final_pi": [float(r["pi"][-1, TINY]) for r in runs],
+            "accuracy": [r["accuracy"] for r in runs],
+        }
+    return out
+
+
 def summary(res: dict[str, Any]) -> dict[str, Any]:
     """Per variant: seeds whose holder ends with pi < 0.05, mean final pi, mean accuracy."""
     return {
@@ -172,6 +209,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     data = Path(args[1]) if len(args) > 1 else Path("/work/shared/data/mnist_10k_2k.npz")
     t0 = time.perf_counter()
+    if len(args) > 2 and args[2] == "small":
+        res = small_study(data, seeds=range(4), rounds=8)
+        res["command"] = "python -m pfedwn_jax.reproduce.lossy " + " ".join(args)
+        res["wall_s"] = round(time.perf_counter() - t0, 1)
+        Path(args[0]).write_text(json.dumps(res, indent=1) + "\n")
+        return
     res = study(data, seeds=range(6), rounds=8)
     res["command"] = "python -m pfedwn_jax.reproduce.lossy " + " ".join(args)
     res["wall_s"] = round(time.perf_counter() - t0, 1)
