@@ -179,7 +179,7 @@ def small_study(data_file: str | Path, seeds: Sequence[int], rounds: int) -> dic
     cases = {
         "guard off": {"uniform_guard": 0.0},
         "guard 0.1": {"uniform_guard": 0.1},
-        "Local (a=1)": {"a": 1.0},
+        "Local (a=1, pi unused)": {"a": 1.0},
     }
     out: dict[str, Any] = {"rounds": rounds, "seeds": list(seeds), "variants": {}}
     for name, over in cases.items():

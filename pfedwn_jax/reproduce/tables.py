@@ -73,10 +73,13 @@ def markdown_table(
     rows: Sequence[Mapping[str, Any]],
     stat: str,
     paper: Mapping[tuple[str, str], Mapping[str, float]] | None = None,
+    bold: bool = True,
 ) -> str:
-    """Methods x (case, dataset) in the paper's layout; the best mean per column in bold.
+    """Methods x (case, dataset) in the paper's layout; the best mean per column in bold
+    (``bold=False``: none; a best mean is not a difference beyond noise).
     With `paper` (`paper_numbers.PAPER_MAX`) a cell reads `paper / ours` where the paper
     has the number."""
+    bold_on = bold
     cols = list(dict.fromkeys((r["case"], r["dataset"]) for r in rows))
     methods = list(dict.fromkeys(r["method"] for r in rows))
     at = {(r["method"], r["case"], r["dataset"]): r for r in rows}
@@ -91,7 +94,7 @@ def markdown_table(
         for c in cols:
             r = at.get((m, *c))
             text = "" if r is None else cell(r, stat)
-            bold = r is not None and r[f"{stat}_mean"] == best[c]
+            bold = bold_on and r is not None and r[f"{stat}_mean"] == best[c]
             text = f"**{text}**" if bold else text
             theirs = (paper or {}).get(c, {}).get(m)
             cells.append(text if theirs is None or r is None else f"{theirs:.1f} / {text}")
