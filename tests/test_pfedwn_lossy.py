@@ -40,9 +40,9 @@ def test_a_neighbor_missing_from_the_em_round_is_weighed_when_it_arrives(refresh
     full = np.asarray(ctx.neighbor_mask)
     lost = full.copy()
     lost[0, lossy.HOLDER] = False
-    state = alg.init(jax.random.PRNGKey(0), ctx, hp)
+    state = alg.init(jax.random.key(0), ctx, hp)
     for r, mask in enumerate((full, lost, full)):
-        state = step(state, jax.random.PRNGKey(r), ctx.replace(neighbor_mask=jnp.asarray(mask)))
+        state = step(state, jax.random.key(r), ctx.replace(neighbor_mask=jnp.asarray(mask)))
         if r == 1:
             assert float(state.pi[0, lossy.HOLDER]) == 0.0
     pi = np.asarray(state.pi[0])
@@ -92,9 +92,9 @@ def test_a_tiny_barely_trained_neighbor_gets_no_weight_with_the_guard():
     got = {}
     for guard in (0.0, 0.1):
         hp = make_hparams(alg, {"uniform_guard": guard})
-        state = alg.init(jax.random.PRNGKey(0), ctx, hp)
+        state = alg.init(jax.random.key(0), ctx, hp)
         for r in range(2):
-            state = alg.round(state, jax.random.PRNGKey(r), ctx, hp)[0]
+            state = alg.round(state, jax.random.key(r), ctx, hp)[0]
         got[guard] = np.asarray(state.pi[0])
     assert got[0.0][lossy.TINY] > 0.5, got
     assert got[0.1][lossy.TINY] == 0.0 and got[0.1].sum() == pytest.approx(1.0, abs=1e-5), got

@@ -342,3 +342,38 @@ def test_every_preset_has_its_wireless_figures():
     from pfedwn_jax.reproduce import wireless_figs
 
     assert set(presets.PRESETS) <= set(wireless_figs.PRESETS)
+
+
+def test_pfedwn_below_one_is_chosen_on_validation_among_a_below_one():
+    """Validation prefers a = 1 (Local): the tuned row takes it, the `a < 1` row takes the
+    best of the others, and pairs with Local through pFedWN's own sweep."""
+    from pfedwn_jax.sweeps.result import SweepResult
+
+    val = {0.5: 0.7, 0.9: 0.8, 1.0: 0.9}
+    cols: dict[str, list] = {k: [] for k in ("run", "seed", "case", "pfedwn.a", "method",
+                                             "round", "target_accuracy", "target_val_accuracy",
+                                             "target_loss", "mean_client_accuracy",
+                                             "diverged")}  # fmt: skip
+    runs_json = []
+    for run, (a, seed) in enumerate((a, s) for a in val for s in (0, 1)):
+        runs_json.append({"seed": seed, "case": "A", "pfedwn.a": a, "method": "pfedwn",
+                          "config": {"a": a, "seed": seed}})  # fmt: skip
+        for r in (1, 2):
+            for k, v in (("run", run), ("seed", seed), ("case", "A"), ("pfedwn.a", a),
+                         ("method", "pfedwn"), ("round", r), ("target_accuracy", 0.5 + a / 10),
+                         ("target_val_accuracy", val[a]), ("target_loss", 1.0),
+                         ("mean_client_accuracy", 0.5), ("diverged", False)):  # fmt: skip
+                cols[k].append(v)
+    res = SweepResult({k: np.asarray(v) for k, v in cols.items()}, ("case", "pfedwn.a"), {})
+    p = dataclasses.replace(
+        presets.PRESETS["tiny"], grids={"pfedwn": {"pfedwn.a": tuple(val)}}, window=2
+    )
+    label = {"dataset": "D"}
+    (tuned,) = runs.choose(res, ["pfedwn.a"], 2, label)
+    (below,) = runs.below_one(p, "pfedwn", res, runs_json, label)
+    assert tuned["chosen"] == {"pfedwn.a": 1.0}
+    assert below["chosen"] == {"pfedwn.a": 0.9} and below["method"] == presets.BELOW_ONE
+    assert below["config"] == {"a": 0.9, "seed": 0} and below["sweep_method"] == "pfedwn"
+    assert runs.below_one(p, "local", res, runs_json, label) == []
+    no_one = dataclasses.replace(p, grids={"pfedwn": {"pfedwn.a": (0.5, 0.9)}})
+    assert runs.below_one(no_one, "pfedwn", res, runs_json, label) == []

@@ -123,21 +123,16 @@ class PFedWNHParams:
         ours on evidence, docs/algorithms.md: pi then follows whose data explains the
         target's) or ``"components"`` (App. B's loop read literally: the components after
         M-step 2, fine-tuned on the target's own data).
-      refresh: ``"arrival"`` (default, on evidence: docs/robustness.md) re-estimates a
-        target's pi, after warm-up, in any round where a listed neighbor it may combine was
-        not among the components of its current estimate (its first arrival; without
-        ``stale``, a return after a failure), so an estimate never excludes a neighbor for
-        having missed one round's packets; ``"schedule"`` only at the ``em_every`` schedule
-        (and re-selections): an estimate sees the models that arrived in its round. With
-        ideal links both are the same run, bit for bit.
-      uniform_guard: leave out of a target's estimate (weight 0) every neighbor whose model
-        predicts nearly uniformly on the target's data (``em.near_uniform``: mean
-        ``|loss - log C|`` below ``uniform_guard * log C``): a barely trained neighbor (tens
-        of samples, near the shared initial model) otherwise collects the samples that the
-        other neighbors explain badly. A target whose every neighbor is left out keeps its own
-        model. Default 0 (off; 0.1 separates a 15-sample neighbor after one step, 0.03 of
-        log C, from trained ones, 0.24 and more): on evidence the guard changes which
-        neighbor pi names, not the target's accuracy (docs/algorithms.md).
+      refresh: ``"arrival"`` (default, on evidence: docs/robustness.md) also re-estimates a
+        target's pi, after warm-up, when it may combine a neighbor its estimate did not
+        include (a first arrival; without ``stale``, a return after a failure);
+        ``"schedule"`` only at the ``em_every`` schedule and re-selections. Ideal links: the
+        same run, bit for bit.
+      uniform_guard: leave out of a target's estimate every neighbor whose predictions on
+        its data are near uniform (``em.near_uniform``: mean ``|loss - log C|`` below
+        ``uniform_guard * log C``), as a barely trained small neighbor's are; a target with
+        every neighbor left out keeps its own model. Default 0 (off, on evidence:
+        docs/algorithms.md; 0.1 separates a 15-sample neighbor from trained ones).
       chunk: targets whose EM runs at once (cross-evaluation, E-step, M-steps: each chunk
         holds its targets' ``K - 1`` components), the rest one chunk after another; 0
         (default) picks the most whose working copies fit ``CHUNK_BYTES`` (``chunk_size``;

@@ -135,13 +135,13 @@ def run_case(
 
     out = []
     for seed in seeds:
-        state = alg.init(jax.random.PRNGKey(seed), ctx, hp)
+        state = alg.init(jax.random.key(seed), ctx, hp)
         track = None
         if ctx.links is not None and ctx.links.stale:
-            track = init_track(jax.random.PRNGKey(seed), ctx, state.clients.params)
+            track = init_track(jax.random.key(seed), ctx, state.clients.params)
         pis = []
         for r in range(rounds):
-            state, track = step(state, track, jax.random.PRNGKey(1000 * seed + r))
+            state, track = step(state, track, jax.random.key(1000 * seed + r))
             pis.append(np.asarray(state.pi[0]))
         params = jax.tree.map(lambda a: a[:1], state.clients.params)
         acc = evaluate(ctx.model, params, test, np.zeros(1, np.int32))["accuracy"]
