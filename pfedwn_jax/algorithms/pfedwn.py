@@ -5,10 +5,9 @@ receives along its neighbor list (``ctx.neighbors [S, K]``, column 0 = ``i`` its
 
     ``w_i <- a * w_i + (1 - a) * sum_{k >= 1} pi[i, k] * w_{neighbors[i, k]}``      (Eq. 5)
 
-a gather and a weighted sum (``mix_sparse``), O(S K P).
-
-and then every slot trains locally (E local epochs). Non-target slots (the selected neighbors
-in single-target mode) only train locally and send, as in Alg. 2. One ``local_update`` call
+a gather and a weighted sum (``mix_sparse``), O(S K P), and then every slot trains locally
+(E local epochs). Non-target slots (the selected neighbors in single-target mode) only train
+locally and send, as in Alg. 2. One ``local_update`` call
 serves both roles, so a round costs one training pass: the neighbors' models a target mixes in
 round ``t`` are the ones they finished in round ``t - 1`` (Alg. 2 lets them train first in the
 same round; with the shared initial model the two orders differ by that one-round shift).
@@ -29,7 +28,8 @@ parameters at a time (``mix_sparse``). Results do not depend on the chunk.
 
 - schedule: no aggregation during ``warmup_rounds`` rounds of local training (EM on untrained
   models would see identical losses); at round ``warmup_rounds`` pi is estimated; then frozen
-  (``em_every=0``, the paper's time-slot picture) or re-estimated every ``em_every`` rounds.
+  (``em_every=0``, the paper's time-slot picture) or re-estimated every ``em_every`` rounds;
+  with lossy links also per row when a neighbor the estimate left out arrives (``refresh``).
 - EM (``estimate_pi``): ``em_steps`` outer steps of E-step and pi update (M-step 1), then pi
   is refined with fixed models until ``max |delta pi| < em_tol``
   (``pfedwn_jax.em.estimate_weights``). ``pi_from`` says which models the E-steps evaluate:
