@@ -11,11 +11,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import shared_data_file
+from helpers import VARIED_RUN, shared_data_file
 
+import pfedwn_jax
+from pfedwn_jax import ExperimentConfig
 from pfedwn_jax.algorithms import get_algorithm, make_hparams
 from pfedwn_jax.em import near_uniform
 from pfedwn_jax.reproduce import lossy
+from pfedwn_jax.sweeps import expand, run_config
 
 
 def _data() -> str:
@@ -98,3 +101,22 @@ def test_a_tiny_barely_trained_neighbor_gets_no_weight_with_the_guard():
         got[guard] = np.asarray(state.pi[0])
     assert got[0.0][lossy.TINY] > 0.5, got
     assert got[0.1][lossy.TINY] == 0.0 and got[0.1].sum() == pytest.approx(1.0, abs=1e-5), got
+
+
+@pytest.mark.slow
+def test_network_mode_sweep_with_lossy_links_equals_its_runs():
+    """Every node a target, links failing w.p. 0.5, with and without stale copies: the
+    per-row re-estimates (state per slot) give a sweep exactly its runs."""
+    config = ExperimentConfig(
+        **{**VARIED_RUN, "rounds": 4},
+        mode="network",
+        algorithms=("pfedwn",),
+        link_model="bernoulli",
+        link_failure=0.5,
+    )
+    grid = {"stale": [False, True]}
+    res = pfedwn_jax.sweep(config, seeds=[1], grid=grid, block=2, progress=False)
+    for spec in expand(config, [1], grid):
+        own = pfedwn_jax.run(run_config(config, spec), progress=False)
+        got = res.rows["target_accuracy"][res.rows["run"] == spec.index]
+        np.testing.assert_allclose(got, own.methods["pfedwn"]["target_accuracy"], atol=1e-6)
