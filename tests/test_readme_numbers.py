@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 WHERE = {
     "README.md": ("table2", "crossover"),
     "docs/REPRODUCTION.md": ("table2", "crossover"),
-    "docs/robustness.md": ("lossy",),
+    "docs/robustness.md": ("lossy", "robustness"),
     "docs/algorithms.md": ("small",),
 }
 
