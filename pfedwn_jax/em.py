@@ -25,7 +25,7 @@ import numpy as np
 
 from pfedwn_jax._checks import check_finite, check_int, check_range, is_concrete
 
-__all__ = ["estimate_weights", "m_step", "responsibilities"]
+__all__ = ["estimate_weights", "m_step", "near_uniform", "responsibilities"]
 
 #: Default maximum number of EM iterations with fixed models (ours; converges in a few tens).
 DEFAULT_NUM_ITERS = 200
@@ -288,3 +288,18 @@ def _em_loop(
 
     init = (pi0, jnp.asarray(0, jnp.int32), jnp.asarray(jnp.inf, losses.dtype))
     return jax.lax.while_loop(cond, body, init)
+
+
+def near_uniform(
+    losses: jax.Array, sample_mask: jax.Array, num_classes: int, guard: float
+) -> jax.Array:
+    """``[..., M]`` bool: neighbor ``m``'s model predicts nearly uniformly on the target's
+    samples: its per-sample losses stay within ``guard * log C`` of ``log C`` on average
+    (``C = num_classes``), ``mean_i |loss[m, i] - log C| < guard log C`` over the valid
+    samples. A barely trained model (a few steps from the shared initial model) does; a
+    trained one, right (loss near 0) or confidently wrong (loss far above ``log C``), does
+    not. ``losses [..., M, N]``, ``sample_mask [..., N]``; ``guard = 0`` marks none."""
+    log_c = float(np.log(num_classes))
+    w = jnp.asarray(sample_mask, losses.dtype)[..., None, :]
+    dev = (jnp.abs(losses - log_c) * w).sum(-1) / jnp.maximum(w.sum(-1), 1.0)
+    return dev < guard * log_c

@@ -82,10 +82,11 @@ def test_paired_ignores_unmatched_seeds():
     assert np.isnan(tables.paired({0: 1.0}, {0: 0.5})["diff_half_width"])
 
 
-def test_fixed_points_are_a_half_and_the_chosen_a():
-    assert runs.fixed_points(0.5) == [("a=0.5 (chosen)", 0.5)]
-    assert runs.fixed_points(0.95) == [("a=0.5", 0.5), ("chosen a=0.95", 0.95)]
-    assert runs.fixed_points(1.0) == [("a=0.5", 0.5)]  # a = 1: Local, whatever pi
+def test_fixed_points_are_the_fixed_a_and_the_chosen_a():
+    assert presets.FIXED_A == 0.9
+    assert runs.fixed_points(0.9) == [("a=0.9 (chosen)", 0.9)]
+    assert runs.fixed_points(0.95) == [("a=0.9", 0.9), ("chosen a=0.95", 0.95)]
+    assert runs.fixed_points(1.0) == [("a=0.9", 0.9)]  # a = 1: Local, whatever pi
 
 
 # ---------------------------------------------------------------------------- the preset
@@ -97,7 +98,13 @@ def test_mnist_full_preset_follows_the_protocol(monkeypatch):
     assert p.base["rounds"] >= 30 and p.base["local_epochs"] == 1 and p.base["val_fraction"] > 0
     assert len(p.seeds) == 5 and set(p.grids) == set(presets.METHODS) == set(p.methods)
     assert all("lr" in g for g in p.grids.values())
-    assert {0.5, 0.95, 0.99, 1.0} <= set(p.grids["pfedwn"]["pfedwn.a"])
+    # the same tuning budget for every method, each over its own hyperparameters
+    points = {m: int(np.prod([len(v) for v in g.values()])) for m, g in p.grids.items()}
+    assert set(points.values()) == {presets.FULL_POINTS}, points
+    own = {"fedprox": "fedprox.mu", "perfedavg": "perfedavg.alpha", "pfedwn": "pfedwn.a"}
+    assert all(key in p.grids[m] for m, key in own.items())
+    assert "fedamp.sigma_scale" in p.grids["fedamp"]
+    assert {0.9, 1.0} <= set(p.grids["pfedwn"]["pfedwn.a"])  # a = 1 is Local: a < 1 reported
     assert p.criterion == "similarity" and p.variant_points == "fixed"
     assert {"pi_from": "components"} in p.em_variants
     base = runs.dataset_base(p, spec, "local")
@@ -127,10 +134,10 @@ def test_the_preset_caps_the_runs_per_program(monkeypatch):
     assert presets.PRESETS["quick"].max_runs is None
 
 
-def test_fixed_variants_need_a_half_in_the_grid():
+def test_fixed_variants_need_the_fixed_a_in_the_grid():
     p = presets.PRESETS["mnist-full"]
-    grids = {**p.grids, "pfedwn": {"lr": (0.1,), "pfedwn.a": (0.9,)}}
-    with pytest.raises(ValueError, match=r"a = 0\.5"):
+    grids = {**p.grids, "pfedwn": {"lr": (0.1,), "pfedwn.a": (0.5,)}}
+    with pytest.raises(ValueError, match=r"a = 0\.9"):
         dataclasses.replace(p, grids=grids)
     with pytest.raises(ValueError, match="criterion"):
         dataclasses.replace(p, criterion="labels")
@@ -335,3 +342,38 @@ def test_every_preset_has_its_wireless_figures():
     from pfedwn_jax.reproduce import wireless_figs
 
     assert set(presets.PRESETS) <= set(wireless_figs.PRESETS)
+
+
+def test_pfedwn_below_one_is_chosen_on_validation_among_a_below_one():
+    """Validation prefers a = 1 (Local): the tuned row takes it, the `a < 1` row takes the
+    best of the others, and pairs with Local through pFedWN's own sweep."""
+    from pfedwn_jax.results.sweep import SweepResult
+
+    val = {0.5: 0.7, 0.9: 0.8, 1.0: 0.9}
+    cols: dict[str, list] = {k: [] for k in ("run", "seed", "case", "pfedwn.a", "method",
+                                             "round", "target_accuracy", "target_val_accuracy",
+                                             "target_loss", "mean_client_accuracy",
+                                             "diverged")}  # fmt: skip
+    runs_json = []
+    for run, (a, seed) in enumerate((a, s) for a in val for s in (0, 1)):
+        runs_json.append({"seed": seed, "case": "A", "pfedwn.a": a, "method": "pfedwn",
+                          "config": {"a": a, "seed": seed}})  # fmt: skip
+        for r in (1, 2):
+            for k, v in (("run", run), ("seed", seed), ("case", "A"), ("pfedwn.a", a),
+                         ("method", "pfedwn"), ("round", r), ("target_accuracy", 0.5 + a / 10),
+                         ("target_val_accuracy", val[a]), ("target_loss", 1.0),
+                         ("mean_client_accuracy", 0.5), ("diverged", False)):  # fmt: skip
+                cols[k].append(v)
+    res = SweepResult({k: np.asarray(v) for k, v in cols.items()}, ("case", "pfedwn.a"), {})
+    p = dataclasses.replace(
+        presets.PRESETS["tiny"], grids={"pfedwn": {"pfedwn.a": tuple(val)}}, window=2
+    )
+    label = {"dataset": "D"}
+    (tuned,) = runs.choose(res, ["pfedwn.a"], 2, label)
+    (below,) = runs.below_one(p, "pfedwn", res, runs_json, label)
+    assert tuned["chosen"] == {"pfedwn.a": 1.0}
+    assert below["chosen"] == {"pfedwn.a": 0.9} and below["method"] == presets.BELOW_ONE
+    assert below["config"] == {"a": 0.9, "seed": 0} and below["sweep_method"] == "pfedwn"
+    assert runs.below_one(p, "local", res, runs_json, label) == []
+    no_one = dataclasses.replace(p, grids={"pfedwn": {"pfedwn.a": (0.5, 0.9)}})
+    assert runs.below_one(no_one, "pfedwn", res, runs_json, label) == []

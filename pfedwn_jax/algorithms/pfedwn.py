@@ -5,10 +5,9 @@ receives along its neighbor list (``ctx.neighbors [S, K]``, column 0 = ``i`` its
 
     ``w_i <- a * w_i + (1 - a) * sum_{k >= 1} pi[i, k] * w_{neighbors[i, k]}``      (Eq. 5)
 
-a gather and a weighted sum (``mix_sparse``), O(S K P).
-
-and then every slot trains locally (E local epochs). Non-target slots (the selected neighbors
-in single-target mode) only train locally and send, as in Alg. 2. One ``local_update`` call
+a gather and a weighted sum (``mix_sparse``), O(S K P), and then every slot trains locally
+(E local epochs). Non-target slots (the selected neighbors in single-target mode) only train
+locally and send, as in Alg. 2. One ``local_update`` call
 serves both roles, so a round costs one training pass: the neighbors' models a target mixes in
 round ``t`` are the ones they finished in round ``t - 1`` (Alg. 2 lets them train first in the
 same round; with the shared initial model the two orders differ by that one-round shift).
@@ -29,7 +28,8 @@ parameters at a time (``mix_sparse``). Results do not depend on the chunk.
 
 - schedule: no aggregation during ``warmup_rounds`` rounds of local training (EM on untrained
   models would see identical losses); at round ``warmup_rounds`` pi is estimated; then frozen
-  (``em_every=0``, the paper's time-slot picture) or re-estimated every ``em_every`` rounds.
+  (``em_every=0``, the paper's time-slot picture) or re-estimated every ``em_every`` rounds;
+  with lossy links also per row when a neighbor the estimate left out arrives (``refresh``).
 - EM (``estimate_pi``): ``em_steps`` outer steps of E-step and pi update (M-step 1), then pi
   is refined with fixed models until ``max |delta pi| < em_tol``
   (``pfedwn_jax.em.estimate_weights``). ``pi_from`` says which models the E-steps evaluate:
@@ -81,13 +81,15 @@ from pfedwn_jax.algorithms.common import (
     neighbor_models,
 )
 from pfedwn_jax.algorithms.phases import Phase, Sizes, baseline, evaluation, training
-from pfedwn_jax.em import estimate_weights, m_step, responsibilities
+from pfedwn_jax.em import estimate_weights, m_step, near_uniform, responsibilities
 from pfedwn_jax.engine import ClientState, cross_evaluate, mix_sparse, take_slots
 from pfedwn_jax.engine.evaluate import slot_bytes
 from pfedwn_jax.engine.tree import block_size, chunked_rows
 
 #: Which models EM's E-step evaluates (``PFedWNHParams.pi_from``).
 PI_FROM = ("received", "components")
+#: When a target's pi is re-estimated beyond the schedule (``PFedWNHParams.refresh``).
+REFRESH = ("arrival", "schedule")
 #: Bytes of one chunk's working copies when ``PFedWNHParams.chunk`` is 0 (``em_chunk``).
 CHUNK_BYTES = 256 * 2**20
 
@@ -122,6 +124,16 @@ class PFedWNHParams:
         ours on evidence, docs/algorithms.md: pi then follows whose data explains the
         target's) or ``"components"`` (App. B's loop read literally: the components after
         M-step 2, fine-tuned on the target's own data).
+      refresh: ``"arrival"`` (default, on evidence: docs/robustness.md) also re-estimates a
+        target's pi, after warm-up, when it may combine a neighbor its estimate did not
+        include (a first arrival; without ``stale``, a return after a failure);
+        ``"schedule"`` only at the ``em_every`` schedule and re-selections. Ideal links: the
+        same run, bit for bit.
+      uniform_guard: leave out of a target's estimate every neighbor whose predictions on
+        its data are near uniform (``em.near_uniform``: mean ``|loss - log C|`` below
+        ``uniform_guard * log C``), as a barely trained small neighbor's are; a target with
+        every neighbor left out keeps its own model. Default 0 (off, on evidence:
+        docs/algorithms.md; 0.1 separates a 15-sample neighbor from trained ones).
       chunk: targets whose EM runs at once (cross-evaluation, E-step, M-steps: each chunk
         holds its targets' ``K - 1`` components), the rest one chunk after another; 0
         (default) picks the most whose working copies fit ``CHUNK_BYTES`` (``chunk_size``;
@@ -140,6 +152,8 @@ class PFedWNHParams:
     component_epochs: int = static(1)
     mix_components: bool = static(False)
     pi_from: str = static("received")
+    refresh: str = static("arrival")
+    uniform_guard: float = 0.0
     chunk: int = static(0)
 
     def __post_init__(self) -> None:
@@ -159,6 +173,8 @@ class PFedWNHParams:
             ),
             mix_components=check_bool(name + "mix_components", self.mix_components),
             pi_from=check_choice(name + "pi_from", self.pi_from, PI_FROM),
+            refresh=check_choice(name + "refresh", self.refresh, REFRESH),
+            uniform_guard=check_float(name + "uniform_guard", self.uniform_guard, 0.0, 1.0),
             chunk=check_int(name + "chunk", self.chunk, 0, INT32_MAX),
         )
 
@@ -175,6 +191,8 @@ class PFedWNState(NamedTuple):
         after each outer EM step, and the final (refined) pi.
       rounds_done: ``[]`` int32, completed rounds.
       train_loss: ``[S]`` mean local training loss of the last round.
+      included: ``[S, K]`` bool, the list entries that were components of each row's
+        current estimate (``refresh="arrival"`` re-estimates a row when a usable entry is not).
     """
 
     clients: Any
@@ -182,6 +200,7 @@ class PFedWNState(NamedTuple):
     pi_trace: jax.Array
     rounds_done: jax.Array
     train_loss: jax.Array
+    included: jax.Array
 
 
 def weighed(ctx: RoundContext) -> jax.Array:
@@ -308,6 +327,7 @@ def estimate_pi(
 
     steps, losses = chunked_rows(chunk, s, em_chunk(params, ctx, hp))
     nmask, smask = weighed(ctx)[:, 1:], ctx.train.mask[ctx.data_client]
+    nmask = nmask & ~near_uniform(losses, smask, ctx.model.num_classes, hp.uniform_guard)
     pi0 = _uniform(nmask)
     last = steps[:, -1] if hp.em_steps else pi0
     pi = estimate_weights(
@@ -457,6 +477,7 @@ def init(key: jax.Array, ctx: RoundContext, hp: PFedWNHParams) -> PFedWNState:
         pi_trace=jnp.zeros((hp.em_steps + 2, s, k), jnp.float32),
         rounds_done=jnp.zeros((), jnp.int32),
         train_loss=jnp.zeros((s,), jnp.float32),
+        included=jnp.zeros((s, k), bool),
     )
 
 
@@ -475,6 +496,18 @@ def _em_now(rounds_done: jax.Array, ctx: RoundContext, hp: PFedWNHParams) -> jax
     if reselected is None:
         return due
     return due | (reselected & (rounds_done >= hp.warmup_rounds))
+
+
+def rows_due(state: PFedWNState, ctx: RoundContext, hp: PFedWNHParams) -> jax.Array:
+    """``[S]`` bool: the rows whose pi is (re-)estimated at the start of this round: all at
+    ``_em_now``; with ``refresh="arrival"`` and a link model, also each target row (after
+    warm-up) that may combine a list entry its current estimate did not include."""
+    s = ctx.neighbors.shape[0]
+    rows = jnp.broadcast_to(_em_now(state.rounds_done, ctx, hp), (s,))
+    if hp.refresh == "schedule" or ctx.links is None:  # ideal links: every entry, every round
+        return rows
+    new = (weighed(ctx) & ~state.included).any(1)
+    return rows | (new & ctx.is_target & (state.rounds_done >= hp.warmup_rounds))
 
 
 def _arrived(pi: jax.Array, ctx: RoundContext) -> jax.Array:
@@ -501,15 +534,23 @@ def _estimate_and_mix(
     mixed = lambda pi: mix_sparse(*received, weights(pi), shards=ctx.shards)
     if ctx.neighbors.shape[1] == 1:  # nobody has a neighbor: pFedWN is local training
         return state.pi, state.pi_trace, mixed(state.pi)
-    params, due = state.clients.params, _em_now(state.rounds_done, ctx, hp)
+    params, rows = state.clients.params, rows_due(state, ctx, hp)
+    due = rows.any()
     pi, trace = jax.lax.cond(
         due,
         lambda: estimate_pi(params, key, ctx, hp, received),
         lambda: (state.pi, state.pi_trace),
     )
+    pi = jnp.where(rows[:, None], pi, state.pi)
+    trace = jnp.where(rows[None, :, None], trace, state.pi_trace)
     if not (hp.mix_components and hp.component_updates):  # the components are the received
         return pi, trace, mixed(pi)
-    fine_tuned = lambda: _mix_components(params, key, ctx, hp, received, weights(pi))
+
+    def fine_tuned() -> Any:  # the components where re-estimated, the received elsewhere
+        tuned = _mix_components(params, key, ctx, hp, received, weights(pi))
+        at = lambda x: rows.reshape((-1,) + (1,) * (x.ndim - 1))
+        return jax.tree.map(lambda t, m: jnp.where(at(t), t, m), tuned, mixed(pi))
+
     return pi, trace, jax.lax.cond(due, fine_tuned, lambda: mixed(pi))
 
 
@@ -525,6 +566,10 @@ def _round(
         return aggregation_weights(_arrived(pi, ctx), hp.a, apply)
 
     pi, trace, params = _estimate_and_mix(state, em_key, ctx, hp, received, weights)
+    included = state.included
+    if ctx.neighbors.shape[1] > 1:
+        rows = rows_due(state, ctx, hp)
+        included = jnp.where(rows[:, None], weighed(ctx), state.included)
     clients = state.clients._replace(params=params)
     clients, metrics = local_update(ctx, clients, train_key)
     new = PFedWNState(
@@ -533,6 +578,7 @@ def _round(
         pi_trace=trace,
         rounds_done=state.rounds_done + 1,
         train_loss=metrics["loss"],
+        included=included,
     )
     return new, state.clients.params
 

@@ -27,6 +27,7 @@ from pfedwn_jax.reproduce.tables import (
     paired_to_local,
     paired_variants,
     table_rows,
+    target_test_counts,
     write_pairs,
     write_table,
 )
@@ -102,7 +103,8 @@ def reproduce(
 def _pairs(rows, sweeps, p: Preset, out: Path, done) -> dict[str, list[dict[str, Any]]]:
     """Every method against Local and pFedWN's EM variants against the default, paired by
     seed; each written as JSON."""
-    pairs = {"local": paired_to_local(rows, sweeps, p.window),
+    counts = target_test_counts([r for r in rows if "variant" not in r])
+    pairs = {"local": paired_to_local(rows, sweeps, p.window, n_test=counts),
              "em": paired_variants(rows, sweeps, p.window)}  # fmt: skip
     if pairs["local"]:
         path = write_pairs(out, pairs["local"], p.window, "paired_to_local", "method - Local")

@@ -15,7 +15,7 @@ from pfedwn_jax.io import atomic_write_text
 from pfedwn_jax.reproduce.cases import CRITERIA, case_rows
 from pfedwn_jax.reproduce.crossover import HOLD, markdown
 from pfedwn_jax.reproduce.paper_numbers import PAPER_MAX
-from pfedwn_jax.reproduce.presets import Preset
+from pfedwn_jax.reproduce.presets import FIXED_A, Preset
 from pfedwn_jax.reproduce.runs import dataset_base, label_counts, table_cases
 from pfedwn_jax.reproduce.tables import chosen_table, markdown_table, paired_table, table_rows
 
@@ -90,12 +90,14 @@ def _pairs_section(p: Preset, rows, pairs: Mapping[str, Sequence[Mapping[str, An
     text = []
     if pairs.get("local"):
         text += [f"## Every method minus Local, paired by seed (mean of the last {p.window} "
-                 "rounds, points; mean ± 95% half-width over seeds, each method at its chosen "
-                 "point)", "", paired_table(pairs["local"], "method - Local"), ""]  # fmt: skip
+                 "rounds, points; each method at its chosen point; [95% interval over seeds "
+                 "and the target's test set], bold where Holm-separated within the target: "
+                 "`sweeps/paired.py`)", "", paired_table(pairs["local"], "method - Local"),
+                 ""]  # fmt: skip
     if pairs.get("em"):
         how = ("each variant tuned on validation like a method" if p.variant_points == "tuned"
-               else "each variant at a = 0.5 and at the default's chosen a (none where that "
-               "is 1: Eq. 5 then keeps the target's model whatever pi), with the default's "
+               else f"each variant at a = {FIXED_A:g} and at the default's chosen a (none where "
+               "that is 1: Eq. 5 then keeps the target's model whatever pi), with the default's "
                "chosen lr, against the default at the same point")  # fmt: skip
         ems = [*table_rows(rows, "em"), *(r for r in table_rows(rows, "table2")
                                           if r["method"] == "pfedwn")]  # fmt: skip

@@ -32,7 +32,7 @@ from pfedwn_jax.reproduce.cases import (
     network20_case,
     paper_cases,
 )
-from pfedwn_jax.reproduce.presets import FIXED_A, DataSpec, Preset
+from pfedwn_jax.reproduce.presets import BELOW_ONE, FIXED_A, DataSpec, Preset
 from pfedwn_jax.results.sweep import SWEEP_FILE, SweepResult
 
 #: pFedWN's records every sweep of it keeps (Fig. 8 reads them).
@@ -358,7 +358,7 @@ def run_tables(
             new = choose(res, list(preset.grids[m]), preset.window, label)
             for r in new:
                 r["config"] = chosen_config(runs, r)
-            rows += new
+            rows += new + below_one(preset, m, res, runs, label)
             sweeps[(spec.label, m)] = (res, runs)
             log(f"{spec.label} {m}: {res.num_runs} runs in {res.meta['wall_s']:.0f} s")
         if "em" in items and spec.label in preset.variants:
@@ -366,6 +366,21 @@ def run_tables(
             rows += new
             log(f"{spec.label} pFedWN EM variants done")
     return rows, sweeps
+
+
+def below_one(preset: Preset, method: str, res: SweepResult, runs, label) -> list[dict]:
+    """pFedWN's rows chosen on validation among its grid points with ``a < 1`` (method
+    ``BELOW_ONE``; ``sweep_method`` "pfedwn"), where its grid also holds ``a = 1`` (Local):
+    none otherwise."""
+    grid = preset.grids.get(method, {})
+    below = [a for a in grid.get("pfedwn.a", ()) if a < 1]
+    if method != "pfedwn" or not below or len(below) == len(grid["pfedwn.a"]):
+        return []
+    rows = choose(res.select({"pfedwn.a": below}), list(grid), preset.window, label)
+    for r in rows:
+        r["config"] = chosen_config(runs, r)
+        r.update(method=BELOW_ONE, sweep_method="pfedwn")
+    return rows
 
 
 def merge_sweeps(parts: Sequence[SweepResult]) -> SweepResult:

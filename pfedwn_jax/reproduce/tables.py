@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,10 +72,13 @@ def markdown_table(
     rows: Sequence[Mapping[str, Any]],
     stat: str,
     paper: Mapping[tuple[str, str], Mapping[str, float]] | None = None,
+    bold: bool = True,
 ) -> str:
-    """Methods x (case, dataset) in the paper's layout; the best mean per column in bold.
+    """Methods x (case, dataset) in the paper's layout; the best mean per column in bold
+    (``bold=False``: none; a best mean is not a difference beyond noise).
     With `paper` (`paper_numbers.PAPER_MAX`) a cell reads `paper / ours` where the paper
     has the number."""
+    bold_on = bold
     cols = list(dict.fromkeys((r["case"], r["dataset"]) for r in rows))
     methods = list(dict.fromkeys(r["method"] for r in rows))
     at = {(r["method"], r["case"], r["dataset"]): r for r in rows}
@@ -90,7 +93,7 @@ def markdown_table(
         for c in cols:
             r = at.get((m, *c))
             text = "" if r is None else cell(r, stat)
-            bold = r is not None and r[f"{stat}_mean"] == best[c]
+            bold = bold_on and r is not None and r[f"{stat}_mean"] == best[c]
             text = f"**{text}**" if bold else text
             theirs = (paper or {}).get(c, {}).get(m)
             cells.append(text if theirs is None or r is None else f"{theirs:.1f} / {text}")
@@ -141,7 +144,8 @@ def paired(mine: Mapping[int, float], base: Mapping[int, float]) -> dict[str, An
             if diff.size > 1 else np.nan)  # fmt: skip
     return {"n": int(diff.size), "diff_mean": float(diff.mean()), "diff_half_width": float(half),
             "diffs": diff.round(4).tolist(), "mean": float(a.mean()),
-            "base_mean": float(b.mean())}  # fmt: skip
+            "base_mean": float(b.mean()), "values": a.round(6).tolist(),
+            "base_values": b.round(6).tolist()}  # fmt: skip
 
 
 def _cond(row: Mapping[str, Any], method: str, **extra: Any) -> dict[str, Any]:
@@ -166,35 +170,99 @@ def paired_variants(rows, sweeps, window: int) -> list[dict[str, Any]]:
     return out
 
 
-def paired_to_local(rows, sweeps, window: int, reference: str = "local") -> list[dict]:
+def paired_to_local(
+    rows, sweeps, window: int, reference: str = "local", n_test: Mapping | None = None
+) -> list[dict]:
     """Every method's Table II/III row against `reference`'s row (Local) of the same dataset
     and case, each at its own chosen point: the per-seed difference of the last-`window`
-    test accuracy (%), `paired`; rows as `paired_variants`' with `variant` = the method."""
+    test accuracy (%), `paired`; rows as `paired_variants`' with `variant` = the method.
+    With `n_test` (`{(dataset, case): target's test samples}`) also the paired bootstrap
+    over seeds and the test set (`results.paired`) and Holm's correction over the
+    comparisons of each target (`add_bootstrap`)."""
     out = []
     for r in rows:
         m, d, c = r["method"], r["dataset"], r["case"]
         refs = [x for x in rows if (x["dataset"], x["case"], x["method"]) == (d, c, reference)]
         if m == reference or "variant" in r or not refs:
             continue  # Fig. 1's all-client FedAvg has no Local row
-        ref = refs[0]
-        mine = seed_scores(sweeps[(d, m)][0], _cond(r, m), window)
+        ref, source = refs[0], r.get("sweep_method", m)
+        mine = seed_scores(sweeps[(d, source)][0], _cond(r, source), window)
         base = seed_scores(sweeps[(d, reference)][0], _cond(ref, reference), window)
         out.append({"dataset": d, "case": c, "variant": m, **paired(mine, base)})
+    return out if n_test is None else add_bootstrap(out, n_test)
+
+
+def target_test_counts(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], int]:
+    """``{(dataset, case): test samples of the case's target}``, from each row's config (the
+    partition is rebuilt on the host; the same for every method of a case)."""
+    from pfedwn_jax.experiment.config import ExperimentConfig
+    from pfedwn_jax.experiment.setup import load_data
+
+    out: dict[tuple[str, str], int] = {}
+    for r in rows:
+        key = (r["dataset"], r["case"])
+        if key not in out:
+            config = ExperimentConfig.from_dict(r["config"])
+            data, _ = load_data(config)
+            out[key] = int(np.asarray(data.test.count)[int(config.target)])
+    return out
+
+
+def add_bootstrap(
+    pairs: Sequence[Mapping[str, Any]],
+    n_test: Mapping | Callable[[Mapping[str, Any]], int],
+    family: Callable[[Mapping[str, Any]], Any] = lambda r: (r["dataset"], r["case"]),
+) -> list[dict]:
+    """`pairs` (`paired`'s fields, points) with the interval over seeds and the target's
+    test set (`results.paired.paired_t`: `boot_low`, `boot_high` in points,
+    `p`, `n_test`), Holm's adjusted `p_holm` within each `family` (default: each dataset and
+    case, i.e. each target; `holm_family`: how many comparisons it holds) and `separated`
+    (`results.paired.is_separated`, 0.05 after Holm). `n_test`: `{(dataset, case): n}` or a
+    function of the pair. A pair without per-seed `values` is rebuilt from `diffs` and
+    `base_mean` (the bootstrap reads only the differences and the two means)."""
+    from pfedwn_jax.results.paired import holm, is_separated, paired_t
+
+    count = n_test if callable(n_test) else lambda r: n_test[(r["dataset"], r["case"])]
+    out = []
+    for r in pairs:
+        if "values" in r:
+            a, b = np.asarray(r["values"]), np.asarray(r["base_values"])
+        else:
+            b = np.full(len(r["diffs"]), r["base_mean"])
+            a = b + np.asarray(r["diffs"])
+        boot = paired_t(np.clip(a / 100, 0, 1), np.clip(b / 100, 0, 1), count(r))
+        out.append(dict(r, _boot=boot))
+    for fam in dict.fromkeys(family(r) for r in out):
+        members = [r for r in out if family(r) == fam]
+        adj = holm([r["_boot"]["p"] for r in members])
+        for r, pa in zip(members, adj, strict=True):
+            b = r.pop("_boot")
+            r.update(boot_low=100 * b["low"], boot_high=100 * b["high"], p=b["p"],
+                     p_holm=float(pa), n_test=b["n_test"], holm_family=len(members),
+                     separated=is_separated(b, pa))  # fmt: skip
     return out
 
 
 def paired_table(pairs: Sequence[Mapping[str, Any]], head: str = "variant - default") -> str:
-    """Markdown: variants x (case, dataset), cells `+d ± h` (points of accuracy)."""
+    """Markdown: variants x (case, dataset), cells `+d ± h` (points of accuracy); where the
+    pairs carry the bootstrap (`add_bootstrap`), `+d [low, high]` over seeds and the test
+    set, in bold where separated from 0 after Holm's correction."""
     cols = list(dict.fromkeys((r["case"], r["dataset"]) for r in pairs))
     at = {(r["variant"], r["case"], r["dataset"]): r for r in pairs}
     lines = [f"| {head} | " + " | ".join(f"{c} {d}" for c, d in cols) + " |"]
     lines.append("|---" * (len(cols) + 1) + "|")
     for name in dict.fromkeys(r["variant"] for r in pairs):
         cells = [at.get((name, *c)) for c in cols]
-        text = [("" if r is None else f"{r['diff_mean']:+.1f} ± {r['diff_half_width']:.1f}")
-                for r in cells]  # fmt: skip
+        text = ["" if r is None else _pair_cell(r) for r in cells]
         lines.append(f"| {name} | " + " | ".join(text) + " |")
     return "\n".join(lines)
+
+
+def _pair_cell(r: Mapping[str, Any]) -> str:
+    if "boot_low" not in r:
+        return f"{r['diff_mean']:+.1f} ± {r['diff_half_width']:.1f}"
+    text = f"{r['diff_mean']:+.2f} [{r['boot_low']:+.2f}, {r['boot_high']:+.2f}]"
+    return f"**{text}**" if r["separated"] else text
 
 
 def write_pairs(

@@ -1,0 +1,163 @@
+"""The results blocks of README.md and docs/REPRODUCTION.md, rendered from committed files.
+
+Each block is Markdown computed from the files under ``docs/results/`` alone, and the docs
+hold it verbatim, so every number there is traceable (tests/test_readme_numbers.py renders
+each block again and finds it in the docs). ``python -m pfedwn_jax.reproduce.readme``
+prints them.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pfedwn_jax.reproduce.paper_numbers import PAPER_MAX
+from pfedwn_jax.reproduce.tables import markdown_table
+
+#: The committed results, relative to the repository root.
+RESULTS = Path("docs/results")
+FULL = RESULTS / "mnist-full"
+LOSSY = RESULTS / "lossy"
+
+
+def _table2_rows(root: Path) -> list[dict[str, Any]]:
+    with open(root / FULL / "table2.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        for k, v in list(r.items()):
+            if k.endswith(("_mean", "_low", "_high")):
+                r[k] = float(v)
+    return rows
+
+
+def table2_block(root: Path) -> str:
+    """Table II (max over rounds, paper / ours, mean ± 95% half-width over seeds; no bold)
+    and every method minus Local with the test set in the interval and Holm's correction."""
+    rows = _table2_rows(root)
+    pairs = json.loads((root / FULL / "paired_to_local_boot.json").read_text())["pairs"]
+    lines = [markdown_table(rows, "max", PAPER_MAX, bold=False), "", pairs_table(pairs)]
+    return "\n".join(lines)
+
+
+def pairs_table(pairs: Sequence[Mapping[str, Any]]) -> str:
+    """Method minus Local per case: mean difference of the last-5-round accuracy (points),
+    its 95% interval over seeds and the test set, Holm-adjusted p (within each target);
+    bold where separated after Holm."""
+    cols = list(dict.fromkeys(r["case"] for r in pairs))
+    at = {(r["variant"], r["case"]): r for r in pairs}
+    head = "| method - Local | " + " | ".join(f"{c} (n_test {_n(pairs, c)})" for c in cols)
+    lines = [head + " |", "|---" * (len(cols) + 1) + "|"]
+    for m in dict.fromkeys(r["variant"] for r in pairs):
+        cells = []
+        for c in cols:
+            r = at[(m, c)]
+            text = (f"{r['diff_mean']:+.2f} [{r['boot_low']:+.2f}, {r['boot_high']:+.2f}] "
+                    f"p_Holm {r['p_holm']:.2g}")  # fmt: skip
+            cells.append(f"**{text}**" if r["separated"] else text)
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _n(pairs: Sequence[Mapping[str, Any]], case: str) -> int:
+    return int(next(r["n_test"] for r in pairs if r["case"] == case))
+
+
+def crossover_block(root: Path) -> str:
+    """The crossover's counts after Holm (``crossover_holm.md``'s summary lines)."""
+    pairs = json.loads((root / FULL / "crossover_holm.json").read_text())["pairs"]
+    fam = sorted({r["holm_family"] for r in pairs})
+    ahead = [r for r in pairs if r["separated"] and r["diff_mean"] > 0]
+    behind = [r for r in pairs if r["separated"] and r["diff_mean"] < 0]
+    seeds_only = sum(
+        1 for r in pairs if r["diff_half_width"] and abs(r["diff_mean"]) > r["diff_half_width"]
+    )
+    return (
+        f"{len(pairs)} comparisons with Local (3 seeds each) over "
+        f"{len({r['case'] for r in pairs})} targets, {fam[0]} per target. The seeds' "
+        f"Student-t interval alone excludes 0 in {seeds_only}; with the target's test set in "
+        f"the interval and Holm's correction within each target, {len(behind)} are behind "
+        f"Local and {len(ahead)} ahead."
+    )
+
+
+def lossy_block(root: Path) -> str:
+    """The lossy-link study: per variant, seeds whose similar neighbor ends below 0.05,
+    its mean final weight and the target's mean accuracy."""
+    doc = json.loads((root / LOSSY / "lossy_pi.json").read_text())
+    lines = [
+        f"| pi kept by (Bernoulli {doc['failure']}, {len(doc['seeds'])} seeds, "
+        f"{doc['rounds']} rounds) | similar neighbor ends with pi < 0.05 | its mean final pi "
+        "| target accuracy (%) |",
+        "|---|---|---|---|",
+    ]
+    for name, v in doc["variants"].items():
+        below = sum(p < 0.05 for p in v["final_pi"])
+        lines.append(
+            f"| {name} | {below} of {len(v['final_pi'])} | {np.mean(v['final_pi']):.2f} | "
+            f"{100 * np.mean(v['accuracy']):.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def small_block(root: Path) -> str:
+    """The small-neighbor study: the tiny neighbor's final weight and the accuracy."""
+    doc = json.loads((root / LOSSY / "small_neighbor.json").read_text())
+    lines = [
+        f"| {len(doc['seeds'])} seeds, {doc['rounds']} rounds | 15-sample neighbor's final pi "
+        "| target accuracy (%) |",
+        "|---|---|---|",
+    ]
+    for name, v in doc["variants"].items():
+        pis = ", ".join(f"{p:.2f}" for p in v["tiny_final_pi"])
+        lines.append(f"| {name} | {pis} | {100 * np.mean(v['accuracy']):.1f} |")
+    return "\n".join(lines)
+
+
+#: The robustness table's settings: (axis, value, selection, label).
+ROBUSTNESS_POINTS = (
+    ("gamma", 5.0, True, "physical, gamma_th 5, eps 0.05"),
+    ("gamma", 5.0, False, "same, no selection"),
+    ("loss", 0.0, True, "bernoulli, loss 0"),
+    ("loss", 0.6, True, "bernoulli, loss 0.6"),
+    ("loss", 0.9, True, "bernoulli, loss 0.9"),
+    ("speed", 5.0, True, "physical, speed 5 m/s"),
+    ("speed", 5.0, False, "same, no selection"),
+)
+
+
+def robustness_block(root: Path) -> str:
+    """pFedWN with the current default on the robustness study's `small` preset: mean
+    [95% interval, clipped to 0-100] of the last-5-round target accuracy over 3 seeds."""
+    with open(root / RESULTS / "robustness-pfedwn" / "summary.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["stat"] == "last"]
+    at = {(r["axis"], float(r["value"]), r["selection"] == "True"): r for r in rows}
+    lines = ['| setting | pFedWN, `refresh="arrival"` |', "|---|---|"]
+    for axis, value, sel, label in ROBUSTNESS_POINTS:
+        r = at[(axis, value, sel)]
+        lo, hi = (100 * min(max(float(r[k]), 0.0), 1.0) for k in ("ci_low", "ci_high"))
+        lines.append(f"| {label} | {100 * float(r['mean']):.1f} [{lo:.1f}, {hi:.1f}] |")
+    return "\n".join(lines)
+
+
+BLOCKS = {
+    "robustness": robustness_block,
+    "table2": table2_block,
+    "crossover": crossover_block,
+    "lossy": lossy_block,
+    "small": small_block,
+}
+
+
+def main() -> None:
+    root = Path(__file__).resolve().parents[2]
+    for name, block in BLOCKS.items():
+        print(f"<!-- {name} -->\n{block(root)}\n")
+
+
+if __name__ == "__main__":
+    main()
