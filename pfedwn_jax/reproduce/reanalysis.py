@@ -22,13 +22,13 @@ from typing import Any
 
 import numpy as np
 
+from pfedwn_jax.experiment.config import ExperimentConfig
+from pfedwn_jax.experiment.setup import load_data
 from pfedwn_jax.reproduce.tables import add_bootstrap
 
 
 @functools.cache
 def _test_counts(config_json: str) -> np.ndarray:
-    from pfedwn_jax.experiment.config import ExperimentConfig
-    from pfedwn_jax.experiment.setup import load_data
 
     data, _ = load_data(ExperimentConfig.from_dict(json.loads(config_json)))
     return np.asarray(data.test.count)

@@ -11,8 +11,11 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from pfedwn_jax.experiment.config import ExperimentConfig
+from pfedwn_jax.experiment.setup import load_data
 from pfedwn_jax.io import atomic_write_json, atomic_write_text
 from pfedwn_jax.reproduce.runs import SPECIAL, STATS
+from pfedwn_jax.results.paired import holm, is_separated, paired_t
 from pfedwn_jax.results.sweep import SweepResult
 
 TABLE_COLUMNS = (
@@ -195,8 +198,6 @@ def paired_to_local(
 def target_test_counts(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], int]:
     """``{(dataset, case): test samples of the case's target}``, from each row's config (the
     partition is rebuilt on the host; the same for every method of a case)."""
-    from pfedwn_jax.experiment.config import ExperimentConfig
-    from pfedwn_jax.experiment.setup import load_data
 
     out: dict[tuple[str, str], int] = {}
     for r in rows:
@@ -220,7 +221,6 @@ def add_bootstrap(
     (`results.paired.is_separated`, 0.05 after Holm). `n_test`: `{(dataset, case): n}` or a
     function of the pair. A pair without per-seed `values` is rebuilt from `diffs` and
     `base_mean` (the bootstrap reads only the differences and the two means)."""
-    from pfedwn_jax.results.paired import holm, is_separated, paired_t
 
     count = n_test if callable(n_test) else lambda r: n_test[(r["dataset"], r["case"])]
     out = []
