@@ -8,9 +8,12 @@ register are usable by name. Errors become one line on stderr, never a traceback
 - exit status 2: a usage error from the parser (a bad flag or flag value) or a `ValueError`,
   i.e. the command line asks for something impossible (a bad value, an output path that is
   a file or not writable: checked before any work);
-- exit status 1: an `OSError` during the work (disk full, a directory removed or made
-  read-only meanwhile), printed with the path it concerns: the input was fine, the system
-  failed, so the status differs from a usage error;
+- exit status 2 also for a full disk: one line naming the filesystem (mount point, free
+  space) and the path being written; nothing complete is removed, no temporary directory
+  is left;
+- exit status 1: another `OSError` during the work (a directory removed or made read-only
+  meanwhile), printed with the path it concerns: the input was fine, the system failed, so
+  the status differs from a usage error;
 - exit status 3 (`pfedwn run`): finished and wrote its results, but a method diverged;
 - exit status 130: interrupted (Ctrl-C): the first Ctrl-C stops the work cleanly (a run's or
   sweep's checkpoint keeps its last complete step; the command says how to resume), a second

@@ -36,7 +36,6 @@ import json
 import logging
 import os
 import shutil
-import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -180,6 +179,9 @@ class Checkpoint:
         try:
             if self._writer is not None:
                 self._writer.close()
+        except Exception:
+            if exc[1] is None:  # else the error in flight is the one to report
+                raise
         finally:
             self._release()
 
@@ -390,37 +392,6 @@ class _OrbaxSilenced(logging.Filter):
 
     def __exit__(self, *exc: object) -> None:
         logging.getLogger("absl").removeFilter(self)
-
-
-def _drop_closed_loop_callbacks(previous: Any) -> Any:
-    """An unraisable-exception hook that drops tensorstore's late read callbacks into orbax's
-    closed event loop and hands every other exception to `previous`.
-
-    When one read of a damaged step fails, orbax stops waiting and closes its asyncio loop;
-    the other reads of the step finish later and their callbacks (`call_soon_threadsafe`)
-    find the loop closed. Python prints each as a bare `RuntimeError: Event loop is closed`
-    traceback, after the failure was already reported (`Checkpoint.restore`)."""
-
-    def hook(unraisable: Any) -> None:
-        exc = unraisable.exc_value
-        tb = unraisable.exc_traceback
-        while tb is not None and tb.tb_next is not None:
-            tb = tb.tb_next
-        closed = (
-            isinstance(exc, RuntimeError)
-            and str(exc) == "Event loop is closed"
-            and tb is not None
-            and tb.tb_frame.f_code.co_name == "_check_closed"
-        )
-        if not closed:
-            previous(unraisable)
-
-    hook.pfedwn_closed_loop = True  # type: ignore[attr-defined]
-    return hook
-
-
-if not getattr(sys.unraisablehook, "pfedwn_closed_loop", False):
-    sys.unraisablehook = _drop_closed_loop_callbacks(sys.unraisablehook)
 
 
 def _short(e: BaseException) -> str:
