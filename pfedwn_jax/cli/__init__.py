@@ -78,8 +78,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def bare_compile_cache(argv: list[str]) -> list[str]:
+    """`argv` with a `--compile-cache` followed by a subcommand's name (or by another flag)
+    written `--compile-cache=`: its directory is optional, and argparse would otherwise take
+    `pfedwn --compile-cache sweep ...` as the directory `sweep` and miss the subcommand."""
+    names = {m.__name__.rsplit(".", 1)[1] for m in SUBCOMMANDS}  # each module is its command
+    out = list(argv)
+    for i, arg in enumerate(out[:-1]):
+        if arg == "--compile-cache" and (out[i + 1] in names or out[i + 1].startswith("-")):
+            out[i] = "--compile-cache="
+    if out and out[-1] == "--compile-cache":
+        out[-1] = "--compile-cache="
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    argv = bare_compile_cache(sys.argv[1:] if argv is None else list(argv))
     early = early_options(argv)
     if early.cpu_devices is None or early.cpu_devices >= 1:
         use_cpu_devices(early.cpu_devices)  # before the first JAX computation, user code's too
