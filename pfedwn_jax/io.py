@@ -54,6 +54,7 @@ __all__ = [
     "disk_full_error",
     "is_disk_full",
     "read_json",
+    "read_npz",
     "remove_stale_temps",
     "write_npz",
 ]
@@ -188,6 +189,28 @@ def read_json(path: str | Path, what: str = "JSON file") -> Any:
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(
             f"{what} {str(path)!r} is not valid JSON (truncated or damaged?): {e}"
+        ) from None
+
+
+def read_npz(path: str | Path, what: str = "array file") -> dict[str, Any]:
+    """The arrays of the `.npz` at `path` (name -> numpy array, loaded now); a `ValueError`
+    naming `what` and `path` when it is damaged (truncated, not a zip archive, a member that
+    does not read) or is a directory. A missing or unreadable file stays an `OSError`."""
+    import zipfile
+
+    import numpy as np
+
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{what} {str(path)!r} is a directory, not a file")
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            return {k: f[k] for k in f.files}
+    except (FileNotFoundError, PermissionError):
+        raise
+    except (zipfile.BadZipFile, EOFError, ValueError, OSError, KeyError) as e:
+        raise ValueError(
+            f"{what} {str(path)!r} is damaged (truncated or overwritten?): {type(e).__name__}: {e}"
         ) from None
 
 

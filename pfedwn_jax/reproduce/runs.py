@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from pfedwn_jax.experiment.config import ExperimentConfig
+from pfedwn_jax.io import read_json, read_npz
 from pfedwn_jax.reproduce.cases import (
     PAPER_GAMMAS,
     PAPER_WANTED,
@@ -164,14 +165,20 @@ def _cached(folder: Path, runs: Sequence[Mapping[str, Any]]) -> SweepResult | No
     so an interrupted reproduction continues where it stopped; else None."""
     if not (folder / "runs.json").is_file() or not (folder / "sweep.json").is_file():
         return None
-    saved = json.loads((folder / "runs.json").read_text())
+    saved = read_json(folder / "runs.json", _CACHE_FILE)
     if saved != json.loads(json.dumps(list(runs), default=str)):
         return None
-    res = SweepResult.from_json(folder / "sweep.json")
-    if (folder / "records.npz").is_file():
-        with np.load(folder / "records.npz", allow_pickle=False) as f:
-            res = SweepResult(res.rows, res.swept, res.meta, {k: f[k] for k in f.files})
+    try:
+        res = SweepResult.from_json(folder / "sweep.json")
+        if (folder / "records.npz").is_file():
+            records = read_npz(folder / "records.npz", _CACHE_FILE)
+            res = SweepResult(res.rows, res.swept, res.meta, records)
+    except ValueError as e:
+        raise ValueError(f"{e}; remove {str(folder)!r} to compute it again") from None
     return res
+
+
+_CACHE_FILE = "cached reproduction file"
 
 
 def save_sweep(folder: Path, res: SweepResult, runs: Sequence[Mapping[str, Any]]) -> None:

@@ -44,7 +44,13 @@ import numpy as np
 
 from pfedwn_jax import state_store
 from pfedwn_jax.distributed import is_writer
-from pfedwn_jax.io import atomic_write_json, atomic_write_with, check_writable_dir, write_npz
+from pfedwn_jax.io import (
+    atomic_write_json,
+    atomic_write_with,
+    check_writable_dir,
+    read_npz,
+    write_npz,
+)
 
 log = logging.getLogger("pfedwn_jax")
 FORMAT = "pfedwn-checkpoint/2"
@@ -283,8 +289,7 @@ class Checkpoint:
         for entry in self.saved.meta["progress"]["blocks"]:
             path = self.dir / BLOCKS / _block_name(entry)
             try:
-                with np.load(path, allow_pickle=False) as f:
-                    arrays = {k: f[k] for k in f.files}
+                arrays = read_npz(path, "block file")
             except (OSError, ValueError) as e:
                 raise _error(self.dir, f"block {path.name} cannot be read ({_short(e)})") from None
             yield entry, arrays

@@ -432,8 +432,14 @@ class SweepResult:
                     f"{str(source)!r} is a directory; SweepResult.load(directory) reads the "
                     f"{SWEEP_FILE} that save(directory) wrote there"
                 )
-            source = Path(source).read_text()
-        data = json.loads(source)
+            where = f"sweep file {str(source)!r}"
+            source = Path(source).read_text(errors="replace")
+        else:
+            where = "sweep JSON text"
+        try:
+            data = json.loads(source)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where} is not valid JSON (truncated or damaged?): {e}") from None
         schema = data.get("schema") if isinstance(data, dict) else None
         if schema != SCHEMA:
             raise ValueError(f"sweep JSON schema must be {SCHEMA!r}; got {schema!r}")
