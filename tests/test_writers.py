@@ -154,7 +154,9 @@ def test_two_tensorboard_writers_in_the_same_second_keep_both_files(tmp_path, mo
 
 
 def test_kinds_are_checked_and_a_missing_extra_is_named(tmp_path, monkeypatch):
-    assert parse_kinds("tensorboard, csv,csv") == ("tensorboard", "csv")
+    assert parse_kinds("tensorboard, csv") == ("tensorboard", "csv")
+    with pytest.raises(ValueError, match="'csv' appears twice"):  # a typo, not a request
+        parse_kinds("tensorboard, csv,csv")
     with pytest.raises(ValueError, match=r"unknown writer 'tb'; allowed: tensorboard, wandb, csv"):
         parse_kinds("tb")
     monkeypatch.setitem(sys.modules, "wandb", None)  # import fails

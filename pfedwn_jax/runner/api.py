@@ -17,7 +17,7 @@ from typing import Any
 import jax
 from jax.sharding import Mesh
 
-from pfedwn_jax._checks import check_int
+from pfedwn_jax._checks import check_bool, check_int
 from pfedwn_jax.data.batching import clamp_notes_once
 from pfedwn_jax.distributed import make_mesh
 from pfedwn_jax.engine import resolve_shards
@@ -47,8 +47,14 @@ def check_records(records: Any) -> Any:
     """`"all"` or a tuple of record names; a ValueError otherwise."""
     if records == ALL:
         return ALL
-    if isinstance(records, str) or not all(isinstance(k, str) for k in records):
+    if (
+        isinstance(records, str)
+        or not isinstance(records, Sequence)
+        or not all(isinstance(k, str) and k.strip() for k in records)
+    ):
         raise ValueError(f"records must be 'all' or a list of record names; got {records!r}")
+    if len(set(records)) < len(records):
+        raise ValueError(f"records must not repeat a name; got {list(records)!r}")
     return tuple(records)
 
 
@@ -124,7 +130,7 @@ def options_of(
         block=None if block is None else check_int("block", block, 1),
         block_seconds=block_seconds,
         records=check_records(records),
-        progress=bool(progress),
+        progress=check_bool("progress", progress),
         on_divergence=check_policy(on_divergence),
         checkpoint_every=check_int("checkpoint_every", checkpoint_every, 1),
         max_runs=None if max_runs is None else check_int("max_runs", max_runs, 1),
@@ -138,6 +144,7 @@ def check_checkpoint_path(
 ) -> None:
     """Before any work: a checkpoint directory that cannot be written, that another process
     is writing, or (without `resume` or `overwrite`) that holds an interrupted job fails."""
+    resume, overwrite = check_bool("resume", resume), check_bool("overwrite", overwrite)
     if path is not None:
         check_writable_dir(path, "checkpoint")
         if resume and overwrite:
@@ -187,6 +194,10 @@ def case_labels(configs: Sequence[ExperimentConfig]) -> list[dict[str, Any]]:
 
 
 def writers_with(writers: Sequence[Any], callback: Any) -> tuple:
+    if callback is not None and not callable(callback):  # before any set-up or compile
+        raise ValueError(
+            f"callback must be a function callback(method, rounds_done, metrics); got {callback!r}"
+        )
     return (*writers, CallbackWriter(callback)) if callback is not None else tuple(writers)
 
 

@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from pfedwn_jax._checks import check_seed
+from pfedwn_jax._checks import check_bool, check_seed
 from pfedwn_jax.algorithms import get_algorithm
 from pfedwn_jax.experiment.config import ExperimentConfig
 
@@ -203,6 +203,7 @@ def expand(
     a non-empty list, a value the config rejects (naming `grid[<key>]` and the value), a
     combination the config rejects (naming the grid point) and a repeated grid point.
     """
+    zip = check_bool("zip", zip)
     seeds = parse_seeds(seeds)
     raw = _raw_lists(config, grid)
     lengths = [len(v) for v in raw.values()]
