@@ -15,6 +15,7 @@ register are usable by name. Errors become one line on stderr, never a traceback
   meanwhile), printed with the path it concerns: the input was fine, the system failed, so
   the status differs from a usage error;
 - exit status 3 (`pfedwn run`): finished and wrote its results, but a method diverged;
+- exit status 143: stopped by SIGTERM, handled as a Ctrl-C (the same "checkpoint kept" line);
 - exit status 130: interrupted (Ctrl-C): the first Ctrl-C stops the work cleanly (a run's or
   sweep's checkpoint keeps its last complete step; the command says how to resume), a second
   one exits at once, also with 130 (`pfedwn_jax.interrupts`). Never a traceback or a crash.

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -59,9 +60,10 @@ def run_command(prog: str, work: Callable[[], int | None]) -> int:
         try:
             return _statuses(prog, work)
         except KeyboardInterrupt:  # also one landing in `_statuses`'s own handlers
-            print(f"{prog}: interrupted", file=sys.stderr)
+            term = guard.received and guard.signum == signal.SIGTERM
+            print(f"{prog}: {'terminated (SIGTERM)' if term else 'interrupted'}", file=sys.stderr)
             if guard.received:
-                exit_now(EXIT_INTERRUPTED)
+                exit_now(128 + int(guard.signum))  # 130 for Ctrl-C, 143 for SIGTERM
             return EXIT_INTERRUPTED
 
 
