@@ -113,3 +113,23 @@ def _pfedwn(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", code, *argv[1:]], cwd=cwd, env=env, capture_output=True, text=True
     )
+
+
+def test_every_extra_the_readme_names_exists_and_the_viewer_has_one():
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    table = README[README.index("| command | extra |") :].split("\n\n")[0]
+    named = set(re.findall(r"\| `(\w+)`", table.replace("| `pfedwn", "| x")))
+    assert named and named <= set(extras), named - set(extras)
+    assert any(d.startswith("tensorboard>") for d in extras["viewer"])
+
+
+def test_a_missing_writer_extra_says_what_to_install_after_make_demo(monkeypatch):
+    from pfedwn_jax.runner.writers import make_writers
+
+    monkeypatch.setitem(sys.modules, "tensorboardX", None)  # the import fails
+    with pytest.raises(ValueError, match=r"\.venv/bin/pip install -e '\.\[tensorboard\]'"):
+        make_writers("tensorboard", ROOT / "build" / "never")

@@ -202,7 +202,9 @@ def _optional(module: str, extra: str, what: str) -> Any:
         return importlib.import_module(module)
     except ImportError:
         raise ValueError(
-            f"{what} needs {module}: pip install 'pfedwn-jax[{extra}]' (or pip install {module})"
+            f"{what} needs {module}: pip install 'pfedwn-jax[{extra}]' (in a clone after "
+            f"`make demo`, which installs only the plot extra: .venv/bin/pip install -e "
+            f"'.[{extra}]')"
         ) from None
 
 
