@@ -191,6 +191,7 @@ def fake_wandb():
 
     module.init = init
     module.Histogram = lambda values: ("histogram", len(values))
+    module.Settings = lambda **kw: ("settings", kw)
     return module
 
 
@@ -249,6 +250,8 @@ def test_cli_sweep_logs_one_wandb_run_per_grid_point_and_seed(tmp_path, monkeypa
     argv += ["--grid", "lr=0.05,0.1", "--out", str(out)]
     assert main([*argv, "--log-to", "wandb,csv", "--save-models"]) == 0
     assert len(wandb.runs) == 4
+    quiet = ("settings", {"quiet": True})  # W&B's own summary kept out of the output
+    assert all(r.kwargs["settings"] == quiet for r in wandb.runs)
     names = sorted(r.kwargs["name"] for r in wandb.runs)
     assert names == ["seed=0,lr=0.05", "seed=0,lr=0.1", "seed=1,lr=0.05", "seed=1,lr=0.1"]
     rows = pfedwn_jax.SweepResult.load(out).rows

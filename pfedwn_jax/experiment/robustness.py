@@ -184,16 +184,16 @@ def _key(config: ExperimentConfig) -> str:
 
 
 def run_points(
-    points: list[dict[str, Any]], *, progress: bool = False
+    points: list[dict[str, Any]], *, progress: bool = False, **job: Any
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """`(curves, meta)`: `config key -> {method: target accuracy [R]}` for every distinct
-    config of `points`, all in one job (`run_configs`), and the job's meta (programs,
-    timings)."""
+    config of `points`, all in one job (`run_configs`; `job`: its `checkpoint`, `resume`,
+    `overwrite`), and the job's meta (programs, timings)."""
     from pfedwn_jax.runner.api import run_configs  # JAX: imported when the experiment runs
 
     unique = {_key(p["config"]): p["config"] for p in points}
     keys = list(unique)
-    cols, meta, _ = run_configs([unique[k] for k in keys], progress=progress)
+    cols, meta, _ = run_configs([unique[k] for k in keys], progress=progress, **job)
     return {k: _curves(cols, cols["run"] == i) for i, k in enumerate(keys)}, meta
 
 
@@ -312,9 +312,14 @@ def run_robustness(
     seeds: Sequence[int] | None = None,
     methods: Sequence[str] | None = None,
     progress: bool = False,
+    checkpoint: str | Path | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
 ) -> RobustnessResult:
     """Run the experiment of `preset` (a name in `PRESETS` or a `Preset`) on `axes`;
-    `seeds` / `methods` replace the preset's. Nothing is written (`RobustnessResult.save`)."""
+    `seeds` / `methods` replace the preset's; `checkpoint` / `resume` / `overwrite` as in
+    `run()` (an interrupted study continues where it stopped). Nothing else is written
+    (`RobustnessResult.save`)."""
     name = preset if isinstance(preset, str) else "custom"
     if isinstance(preset, str):
         preset = PRESETS[check_choice("preset", preset, PRESETS)]
@@ -324,7 +329,9 @@ def run_robustness(
         preset = dataclasses.replace(preset, base=preset.base.replace(algorithms=tuple(methods)))
     points = plan(preset, axes)
     load0, t0 = os.getloadavg(), time.perf_counter()
-    curves, job = run_points(points, progress=progress)
+    curves, job = run_points(
+        points, progress=progress, checkpoint=checkpoint, resume=resume, overwrite=overwrite
+    )
     rows = table(points, curves, preset.window)
     meta = {
         "preset": name,

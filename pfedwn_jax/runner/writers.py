@@ -278,6 +278,11 @@ class WandbWriter:
             raise ValueError(f"mode must be 'offline', 'online', 'disabled' or None; got {mode!r}")
         self._wandb = _optional("wandb", "wandb", "WandbWriter")
         self.project, self.dir, self.mode, self.group = project, dir, mode, group
+        settings = getattr(self._wandb, "Settings", None)
+        if "settings" not in init_kwargs and settings is not None:
+            # W&B's own ~30-line run history and summary at `finish` kept out of the job's
+            # output (its files hold them; `settings=` of the caller wins)
+            init_kwargs["settings"] = settings(quiet=True)
         self.init_kwargs = init_kwargs
         self._runs: dict[int, Any] = {}
         self._methods: set[tuple[int, str]] = set()
