@@ -37,6 +37,12 @@ def _dataset(labels: list[int]) -> Callable[[Path], Any]:
     return make
 
 
+def _robustness(**kwargs: Any) -> Any:
+    from pfedwn_jax.experiment.robustness import run_robustness
+
+    return run_robustness("tiny", "loss", **kwargs)
+
+
 # (id, call(tmp_path), error text)
 API_ROWS: list[tuple[str, Callable[[Path], Any], str]] = [
     # sizes
@@ -69,6 +75,8 @@ API_ROWS: list[tuple[str, Callable[[Path], Any], str]] = [
     ("--grid 'lr=0.1,,0.2'", lambda p: parse_grid_arg("lr=0.1,,0.2"), "an empty value"),
     # datasets
     ("one class", _dataset([1, 1, 1, 1]), "a single class: nothing to classify"),
+    # studies
+    ("robustness of one seed", lambda p: _robustness(seeds=[0]), "needs 2 at least"),
     # files
     ("config file a directory", lambda p: ExperimentConfig.from_toml(p), "is a directory"),
 ]

@@ -325,6 +325,11 @@ def run_robustness(
         preset = PRESETS[check_choice("preset", preset, PRESETS)]
     if seeds is not None:
         preset = dataclasses.replace(preset, seeds=tuple(check_int("seeds", s, 0) for s in seeds))
+    if len(preset.seeds) < 2:  # before any run: the summary is a 95% interval over seeds
+        raise ValueError(
+            f"seeds: the summary's 95% interval over seeds needs 2 at least; got "
+            f"{list(preset.seeds)}"
+        )
     if methods is not None:
         preset = dataclasses.replace(preset, base=preset.base.replace(algorithms=tuple(methods)))
     points = plan(preset, axes)
