@@ -69,6 +69,15 @@ API_ROWS: list[tuple[str, Callable[[Path], Any], str]] = [
     ("algorithms twice", lambda p: ExperimentConfig(algorithms=("local", "local")), "not repeat"),
     ("algorithms 'local,,fedavg'", lambda p: ExperimentConfig(algorithms="local,,fedavg"), "empty"),
     ("hparams of no method", lambda p: ExperimentConfig(hparams={"x": {}}), "unknown algorithm"),
+    # None where a mapping is expected
+    (
+        "hparams table None",
+        lambda p: ExperimentConfig(hparams={"fedprox": None}),
+        r"hparams\.fedprox must be a table of overrides",
+    ),
+    ("hparams a list", lambda p: ExperimentConfig(hparams=[1]), "hparams must map algorithm"),
+    ("channel a list", lambda p: ExperimentConfig(channel=[1]), "channel must map ChannelParams"),
+    ("config from None", lambda p: ExperimentConfig.from_dict(None), "config must be a table"),
     ("grid key unknown", lambda p: expand(BASE, "0", {"lrr": [0.1]}), "unknown key 'lrr'"),
     ("grid value None", lambda p: expand(BASE, "0", {"lr": None}), r"grid\[lr\] must be a list"),
     ("grid repeats", lambda p: expand(BASE, "0", {"lr": [0.1, 0.1]}), "repeats the value"),

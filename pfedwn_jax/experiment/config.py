@@ -373,6 +373,10 @@ def _check_methods(model: Any, algorithms: Any, hparams: Any) -> dict[str, Any]:
     for alg, overrides in hparams.items():
         if alg not in registered:
             raise ValueError(f"hparams: unknown algorithm {alg!r}; available: {registered}")
+        if not isinstance(overrides, Mapping):  # None too: a table is expected
+            raise ValueError(
+                f"hparams.{alg} must be a table of overrides, e.g. {{'mu': 0.1}}; got {overrides!r}"
+            )
         hp = make_hparams(get_algorithm(alg), overrides)
         checked[alg] = {k: getattr(hp, k) for k in overrides}
     return {
