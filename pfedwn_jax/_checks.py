@@ -161,6 +161,22 @@ def check_bool(name: str, value: Any) -> bool:
     return bool(value)
 
 
+def split_list(name: str, text: str, *, unique: bool = True) -> list[str]:
+    """The comma-separated items of `text`, stripped: `"a, b"` -> `["a", "b"]`. An empty item
+    (`"a,,b"`, a trailing comma), no item at all or (`unique`) an item given twice is a
+    `ValueError` naming `name` and `text`: such a list is a typo, not a request."""
+    items = [item.strip() for item in str(text).split(",")]
+    if not any(items) or not all(items):
+        raise ValueError(f"{name}: an empty item in {text!r}; give A,B,... without empty items")
+    if unique:
+        seen: set[str] = set()
+        for item in items:
+            if item in seen:
+                raise ValueError(f"{name}: {item!r} appears twice in {text!r}")
+            seen.add(item)
+    return items
+
+
 def check_choice(name: str, value: Any, allowed: Any) -> Any:
     """Return the element of `allowed` equal to `value`; `ValueError` if there is none."""
     allowed = list(allowed)

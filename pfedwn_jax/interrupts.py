@@ -1,5 +1,8 @@
 """Ctrl-C: the first one interrupts cleanly, a second one exits at once with status 130.
 
+SIGTERM (a scheduler's or `kill`'s stop) is handled as a Ctrl-C: the work unwinds, the
+checkpoint is kept and said so, and the command ends with 143 (128 + SIGTERM).
+
 Inside `interrupt_guard()` a first SIGINT raises `KeyboardInterrupt` as usual, so the work
 unwinds through its `finally` blocks (a checkpoint's last save completes, its files stay
 whole). From then on a second SIGINT ends the process at once with status 130 (`os._exit`):
@@ -53,11 +56,13 @@ class Guard:
     outer guard got it)."""
 
     received: bool = False
+    signum: int = signal.SIGINT  # the signal that stopped the work (SIGINT or SIGTERM)
 
 
 @contextlib.contextmanager
 def interrupt_guard() -> Iterator[Guard]:
-    """The first SIGINT inside raises `KeyboardInterrupt`, a second one exits with 130 at once.
+    """The first SIGINT (or SIGTERM) inside raises `KeyboardInterrupt`, a second one exits
+    with 130 at once.
 
     Yields a `Guard` saying whether a SIGINT came. On leaving, the previous handler comes
     back. A guard inside another guard, or outside the main thread, changes nothing.
@@ -75,14 +80,19 @@ def interrupt_guard() -> Iterator[Guard]:
         return
 
     def first(signum: int, frame: Any) -> None:
-        guard.received = True
+        guard.received, guard.signum = True, signum
         signal.signal(signal.SIGINT, exit_at_once)
+        signal.signal(signal.SIGTERM, exit_at_once)
         raise KeyboardInterrupt
 
     first.pfedwn_guard = True  # type: ignore[attr-defined]
+    previous_term = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGINT, first)
+    signal.signal(signal.SIGTERM, first)  # a scheduler's stop: unwound as a Ctrl-C is
     try:
         yield guard
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
+        if previous_term is not None:
+            signal.signal(signal.SIGTERM, previous_term)

@@ -11,14 +11,21 @@ locked (`flock`), so a leftover is told apart from a write that is still running
 `check_writable_dir` / `check_writable_file` check an output path before any work, so a bad
 path fails at once with a `ValueError` naming it instead of after a long computation;
 `read_json` reads a file back, a damaged one failing with a `ValueError` naming it.
+
+A full disk (or an exhausted quota) is a `DiskFullError` (an `OSError`) whose one line names
+the filesystem, its free space and the path being written (`disk_full_error`); `is_disk_full`
+recognises one anywhere in an exception's chain, also as the text of a library's error
+(tensorstore reports `OS error 28` inside its own exception types).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -36,6 +43,7 @@ except ImportError:  # not on Windows: leftovers are then told apart by age alon
 __all__ = [
     "STALE_TEMP_S",
     "TEMP_PATTERN",
+    "DiskFullError",
     "atomic_open",
     "atomic_savefig",
     "atomic_write_json",
@@ -43,7 +51,10 @@ __all__ = [
     "atomic_write_with",
     "check_writable_dir",
     "check_writable_file",
+    "disk_full_error",
+    "is_disk_full",
     "read_json",
+    "read_npz",
     "remove_stale_temps",
     "write_npz",
 ]
@@ -52,6 +63,75 @@ __all__ = [
 TEMP_PATTERN = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
 # a temp file younger than this is never removed (it may be a write just starting)
 STALE_TEMP_S = 5.0
+
+
+# --------------------------------------------------------------------------- disk full
+_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+_FULL_TEXT = re.compile(
+    r"No space left on device|Disk quota exceeded|OS error 28\b|\[Errno 28\]|\bENOSPC\b"
+)
+
+
+class DiskFullError(OSError):
+    """No space left where a file was being written; `str()` is one line naming the
+    filesystem (its mount point and free space) and `path`."""
+
+    def __init__(self, message: str, path: str | Path) -> None:
+        super().__init__(errno.ENOSPC, message)
+        self.path = Path(path)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def is_disk_full(e: BaseException | None) -> bool:
+    """Whether `e`, or an exception in its chain (`__cause__`, `__context__`), says that a
+    disk is full: an `OSError` with `ENOSPC`/`EDQUOT`, or a library error whose text does."""
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in _FULL_ERRNOS:
+            return True
+        if _FULL_TEXT.search(str(e)):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def _mount_point(path: Path) -> Path:
+    """The mount point of the filesystem holding `path` (its nearest existing parent)."""
+    path = path.absolute()
+    while not path.exists() and path.parent != path:
+        path = path.parent
+    while not os.path.ismount(path) and path.parent != path:
+        path = path.parent
+    return path
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1024 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"
+
+
+def disk_full_error(path: str | Path) -> DiskFullError:
+    """The `DiskFullError` of a write to `path` that found no space: one line naming the
+    filesystem (mount point, free of total) and `path`."""
+    path = Path(path)
+    mount = _mount_point(path)
+    try:
+        usage = shutil.disk_usage(mount)
+        space = f", {_size(usage.free)} free of {_size(usage.total)}"
+    except OSError:
+        space = ""
+    return DiskFullError(
+        f"disk full: no space left on the filesystem mounted at {str(mount)!r}{space}, "
+        f"writing {str(path)!r}; free some space there or write elsewhere",
+        path,
+    )
 
 
 # --------------------------------------------------------------------------- checks
@@ -109,6 +189,28 @@ def read_json(path: str | Path, what: str = "JSON file") -> Any:
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(
             f"{what} {str(path)!r} is not valid JSON (truncated or damaged?): {e}"
+        ) from None
+
+
+def read_npz(path: str | Path, what: str = "array file") -> dict[str, Any]:
+    """The arrays of the `.npz` at `path` (name -> numpy array, loaded now); a `ValueError`
+    naming `what` and `path` when it is damaged (truncated, not a zip archive, a member that
+    does not read) or is a directory. A missing or unreadable file stays an `OSError`."""
+    import zipfile
+
+    import numpy as np
+
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{what} {str(path)!r} is a directory, not a file")
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            return {k: f[k] for k in f.files}
+    except (FileNotFoundError, PermissionError):
+        raise
+    except (zipfile.BadZipFile, EOFError, ValueError, OSError, KeyError) as e:
+        raise ValueError(
+            f"{what} {str(path)!r} is damaged (truncated or overwritten?): {type(e).__name__}: {e}"
         ) from None
 
 
@@ -183,6 +285,8 @@ def atomic_open(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
         if tmp is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+        if isinstance(e, OSError) and not isinstance(e, DiskFullError) and is_disk_full(e):
+            raise disk_full_error(path) from None
         if isinstance(e, OSError) and e.errno is not None and e.filename in (None, tmp):
             raise OSError(e.errno, e.strerror or str(e), str(path)) from e
         raise

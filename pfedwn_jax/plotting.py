@@ -75,3 +75,44 @@ def curve_style(num_points: int) -> dict[str, Any]:
     """Line keywords for a curve of `num_points`: markers when there are few, so one point
     (a one-round run, a method stopped at round 1) is still drawn."""
     return {"marker": "o", "ms": 4} if num_points <= MARKER_POINTS else {}
+
+
+# line styles and markers cycled over the curves of one panel, so curves that coincide
+# (FedProx at mu = 0 is FedAvg) stay told apart: each shows its own dashes and markers
+LINE_STYLES = ("-", "--", "-.", ":")
+MARKERS = ("o", "s", "^", "D", "v", "x", "P", "*")
+
+
+def distinct_style(index: int, num_points: int) -> dict[str, Any]:
+    """Line keywords of the `index`-th curve of a panel: its own line style and marker
+    (about ten markers along the curve), drawn with a thinner line the later it comes, so
+    an earlier curve under a coinciding later one stays visible."""
+    every = max(1, num_points // 10)
+    return {
+        "ls": LINE_STYLES[index % len(LINE_STYLES)],
+        "marker": MARKERS[index % len(MARKERS)],
+        "ms": 4,
+        "markevery": (index % every, every),
+        "lw": max(2.4 - 0.3 * index, 1.0),
+        "zorder": 2 + index,
+    }
+
+
+COINCIDE = 5e-3  # accuracy (fraction) within which two curves are said to coincide
+
+
+def same_as(curves: dict[str, Any]) -> dict[str, str]:
+    """`name -> earlier name` for every curve within `COINCIDE` (0.5 percentage points) of
+    an earlier one at every round (hard to tell apart on the plot): the legend then says
+    "fedprox (within 0.5 pt of fedavg)" instead of hiding one line under the other."""
+    import numpy as np
+
+    out: dict[str, str] = {}
+    names = list(curves)
+    for k, name in enumerate(names):
+        for earlier in names[:k]:
+            a, b = np.asarray(curves[name]), np.asarray(curves[earlier])
+            if a.shape == b.shape and np.allclose(a, b, rtol=0, atol=COINCIDE, equal_nan=True):
+                out[name] = out.get(earlier, earlier)
+                break
+    return out

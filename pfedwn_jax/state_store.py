@@ -18,14 +18,22 @@ are collectives); `latest` only reads the directory.
 
 Orbax logs through absl; the lines that report normal operation as warnings or errors (a
 killed save's temporary directory being cleaned up on the next save, a wait interrupted by
-Ctrl-C) are dropped (`BenignOrbaxLines`), every other line shows.
+Ctrl-C) are dropped (`BenignOrbaxLines`), every other line shows. A full disk is one
+`io.DiskFullError` from `save`, `Writer` and its `wait`/`close` (orbax's logged tracebacks of
+it are dropped, the caller reports it once), and the unfinished step's temporary directory
+is removed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
+import shutil
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +42,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from pfedwn_jax._checks import check_int
+from pfedwn_jax.io import DiskFullError, disk_full_error, is_disk_full
 
 KEEP = 2
 STATE = "state"
@@ -70,11 +79,13 @@ class BenignOrbaxLines(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        if isinstance(exc, KeyboardInterrupt):
-            return False
+        if isinstance(exc, KeyboardInterrupt) or is_disk_full(exc):
+            return False  # reported once by the caller
         benign = {logging.WARNING: self.BENIGN, logging.ERROR: self.BENIGN_ERRORS}
         patterns = benign.get(record.levelno, ())
         message = record.getMessage()
+        if record.levelno >= logging.ERROR and is_disk_full(Exception(message)):
+            return False
         return not any(p.search(message) for p in patterns)
 
 
@@ -86,6 +97,38 @@ def _quiet_orbax() -> None:
 
 
 _quiet_orbax()
+
+
+def _drop_closed_loop_callbacks(previous: Any) -> Any:
+    """An unraisable-exception hook that drops tensorstore's late read callbacks into orbax's
+    closed event loop and hands every other exception to `previous`.
+
+    When one read of a damaged step fails, orbax stops waiting and closes its asyncio loop;
+    the other reads of the step finish later and their callbacks (`call_soon_threadsafe`)
+    find the loop closed. Python prints each as a bare `RuntimeError: Event loop is closed`
+    traceback, after the failure was already reported (`Checkpoint.restore`,
+    `DiskFullError`)."""
+
+    def hook(unraisable: Any) -> None:
+        exc = unraisable.exc_value
+        tb = unraisable.exc_traceback
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        closed = (
+            isinstance(exc, RuntimeError)
+            and str(exc) == "Event loop is closed"
+            and tb is not None
+            and tb.tb_frame.f_code.co_name == "_check_closed"
+        )
+        if not closed:
+            previous(unraisable)
+
+    hook.pfedwn_closed_loop = True  # type: ignore[attr-defined]
+    return hook
+
+
+if not getattr(sys.unraisablehook, "pfedwn_closed_loop", False):
+    sys.unraisablehook = _drop_closed_loop_callbacks(sys.unraisablehook)
 
 
 def _manager(
@@ -115,6 +158,36 @@ def _check_directory(directory: str | Path) -> Path:
 
 
 # --------------------------------------------------------------------------- save
+@contextlib.contextmanager
+def _disk_full_named(directory: Path) -> Iterator[None]:
+    """A full disk met inside becomes one `DiskFullError` naming `directory`, after the
+    unfinished steps' temporary directories there are removed (no save is running then: orbax
+    reports a failed save once it has stopped)."""
+    try:
+        yield
+    except DiskFullError:
+        raise
+    except Exception as e:
+        if not is_disk_full(e):
+            raise
+        if jax.process_index() == 0:
+            _remove_temporaries(directory)
+        raise disk_full_error(directory) from None
+
+
+def _remove_temporaries(directory: Path, tries: int = 20, pause_s: float = 0.05) -> None:
+    """Remove the `*.orbax-checkpoint-tmp*` directories of failed saves in `directory`.
+    Orbax reports the first failed write while tensorstore may still finish others (which
+    create their directories again), so this repeats until none has reappeared."""
+    for _ in range(tries):
+        temporaries = list(directory.glob("*.orbax-checkpoint-tmp*"))
+        if not temporaries:
+            return
+        for tmp in temporaries:
+            shutil.rmtree(tmp, ignore_errors=True)
+        time.sleep(pause_s)
+
+
 def _check_meta(meta: Any) -> None:
     """`ValueError` unless `meta` is a JSON object."""
     if not isinstance(meta, dict):
@@ -149,7 +222,7 @@ def save(directory: str | Path, step: int, tree: Any, meta: dict[str, Any]) -> N
     steps remain.
     """
     directory = _check_directory(directory)
-    with _manager(directory) as manager:
+    with _disk_full_named(directory), _manager(directory) as manager:
         _save(manager, directory, step, tree, meta)
         manager.wait_until_finished()
 
@@ -170,26 +243,29 @@ class Writer:
 
     def save(self, step: int, tree: Any, meta: dict[str, Any]) -> None:
         """Like `save(directory, step, tree, meta)`, but returns before the step is written."""
-        if self._manager is None:
-            self._manager = _manager(self.directory, asynchronous=True)
-        self._manager.wait_until_finished()
-        if step == self._manager.latest_step():  # a replacement must not race the deleter
-            self.close()
-            save(self.directory, step, tree, meta)
-            return
-        _save(self._manager, self.directory, step, tree, meta)
+        with _disk_full_named(self.directory):
+            if self._manager is None:
+                self._manager = _manager(self.directory, asynchronous=True)
+            self._manager.wait_until_finished()
+            if step == self._manager.latest_step():  # a replacement must not race the deleter
+                self.close()
+                save(self.directory, step, tree, meta)
+                return
+            _save(self._manager, self.directory, step, tree, meta)
 
     def wait(self) -> None:
         """Return when every save started so far is complete on disk."""
         if self._manager is not None:
-            self._manager.wait_until_finished()
+            with _disk_full_named(self.directory):
+                self._manager.wait_until_finished()
 
     def close(self) -> None:
         """Wait for the last save, then release orbax's threads."""
         if self._manager is not None:
             manager, self._manager = self._manager, None
-            manager.wait_until_finished()
-            manager.close()
+            with _disk_full_named(self.directory):
+                manager.wait_until_finished()
+                manager.close()
 
     def __enter__(self) -> Writer:
         return self

@@ -51,6 +51,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="CPU devices (default: one per core); 1 turns it off",
     )
     p.add_argument("--progress", action="store_true", help="progress bars")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue an interrupted study from its checkpoint (OUT/checkpoint)",
+    )
+    p.add_argument(
+        "--overwrite", action="store_true", help="discard an interrupted study's checkpoint"
+    )
     return p.parse_args(argv)
 
 
@@ -70,9 +78,29 @@ def run(args: argparse.Namespace) -> int:
     import pfedwn_jax
 
     pfedwn_jax.use_cpu_devices(args.cpu_devices)
-    res = run_robustness(args.preset, axes, seeds=seeds, methods=methods, progress=args.progress)
+    from pfedwn_jax.runner import checkpoint as ckpt
+
+    where = out / "checkpoint"
+    try:
+        res = run_robustness(
+            args.preset,
+            axes,
+            seeds=seeds,
+            methods=methods,
+            progress=args.progress,
+            checkpoint=where,
+            resume=args.resume,
+            overwrite=args.overwrite,
+        )
+    except KeyboardInterrupt:
+        if ckpt.holds_checkpoint(where):
+            print(
+                f"checkpoint kept: continue with `{PROG} ... --out {out} --resume`", file=sys.stderr
+            )
+        raise
     for name, path in res.save(out).items():
         print(f"wrote {name}: {path}")
+    ckpt.remove(where)  # the study's files are written: its checkpoint is done
     print(
         f"{res.meta['distinct_runs']} distinct runs in {res.meta['wall_s']:.0f} s "
         f"(load average before/after: {res.meta['loadavg_before'][0]:.1f} / "

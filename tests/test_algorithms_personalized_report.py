@@ -101,3 +101,17 @@ def test_pi_history_plot_of_neighbor_list_records(tmp_path):
     assert png is not None and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     dense = fake_result({"local": 0.9}, pi=pi)
     np.testing.assert_array_equal(pi_columns(dense, 3), np.tile(np.arange(3), (3, 1)))
+
+
+def test_pi_history_has_a_legend_on_every_panel_and_says_when_pi_is_fixed(monkeypatch):
+    figures: list = []
+    monkeypatch.setattr(
+        "pfedwn_jax.results.report.save_figure", lambda fig, path: figures.append(fig) or path
+    )
+    pi = np.zeros((5, 3, 3))
+    pi[1:, 0] = [0.0, 0.8, 0.2]  # estimated in round 2, then fixed
+    plot_pi_history(fake_result({"local": 0.9}, pi=pi), "unused.png")
+    (fig,) = figures
+    assert all(ax.get_legend() is not None for ax in fig.axes)
+    notes = [t.get_text() for t in fig.axes[1].texts]
+    assert notes == ["pi fixed after its estimate in round 2"]

@@ -206,14 +206,14 @@ def test_a_refused_resume_names_what_changed():
 def test_late_reads_into_a_closed_event_loop_are_not_printed():
     """Orbax closes its event loop when one read of a damaged step fails; tensorstore's other
     reads then call into it, and Python would print each `RuntimeError: Event loop is
-    closed` as a traceback. The checkpoint's hook drops exactly these."""
+    closed` as a traceback. The state store's hook drops exactly these."""
     assert getattr(sys.unraisablehook, "pfedwn_closed_loop", False)
     loop = asyncio.new_event_loop()
     loop.close()
     with pytest.raises(RuntimeError, match="Event loop is closed") as closed:
         loop.call_soon_threadsafe(print)
     passed = []
-    hook = ckpt._drop_closed_loop_callbacks(passed.append)
+    hook = state_store._drop_closed_loop_callbacks(passed.append)
 
     def unraisable(exc):
         return types.SimpleNamespace(

@@ -42,3 +42,22 @@ def test_cli_flag_with_an_unusable_directory_is_a_one_line_error(tmp_path, capsy
     err = capsys.readouterr().err
     assert code == 2 and "--compile-cache" in err and str(not_a_dir) in err
     assert "Traceback" not in err
+
+
+def test_compile_cache_without_a_directory_before_the_subcommand(monkeypatch):
+    """`pfedwn --compile-cache sweep ...` (the README's line): the subcommand is not taken as
+    the optional directory."""
+    import pfedwn_jax.cli as cli
+
+    used = []
+    monkeypatch.setattr(cli, "use_compilation_cache", used.append)
+    assert cli.bare_compile_cache(["--compile-cache", "sweep", "--seeds", "0-15"]) == [
+        "--compile-cache=", "sweep", "--seeds", "0-15",
+    ]  # fmt: skip
+    assert cli.bare_compile_cache(["--compile-cache", "d", "run"]) == [
+        "--compile-cache",
+        "d",
+        "run",
+    ]
+    assert cli.main(["--compile-cache", "data", "list"]) == 0
+    assert used == [None]  # the default directory

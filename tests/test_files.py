@@ -131,10 +131,16 @@ def test_os_error_during_the_work_is_one_line_naming_the_path(tmp_path, capsys, 
     def disk_full(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(io.os, "fsync", disk_full)
+    def failing_disk(fd):
+        raise OSError(errno.EIO, "Input/output error")
+
     out = tmp_path / "t.json"
+    monkeypatch.setattr(io.os, "fsync", failing_disk)
     assert main(["neighbors", "--num-neighbors", "3", "--json", str(out)]) == 1
-    _one_line_error(capsys, "No space left on device", str(out))
+    _one_line_error(capsys, "Input/output error", str(out))
+    monkeypatch.setattr(io.os, "fsync", disk_full)  # a full disk: named, status 2
+    assert main(["neighbors", "--num-neighbors", "3", "--json", str(out)]) == 2
+    _one_line_error(capsys, "disk full: no space left on the filesystem mounted at", str(out))
     assert [p.name for p in tmp_path.iterdir()] == []  # no temp file left behind
     assert describe_os_error(OSError("plain")) == "plain"
     assert describe_os_error(OSError(2, "No such file", "a", None, "b")) == "No such file: a -> b"

@@ -84,3 +84,34 @@ def test_a_second_sigint_and_an_interrupted_command_exit_130_at_once():
     assert out == "first\n" and err == SECOND.decode(), (out, err)
     assert procs[1].returncode == 130, (cmd_out, cmd_err)
     assert cmd_out == "partial output\n" and cmd_err == "prog: interrupted\n", (cmd_out, cmd_err)
+
+
+TERMINATED_COMMAND = """
+    import atexit, os, signal, sys, time
+    from pfedwn_jax.cli.common import run_command
+
+    def work():
+        print("partial output")
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(10)
+        except KeyboardInterrupt:  # where `pfedwn run` says its checkpoint is kept
+            print("checkpoint kept", file=sys.stderr)
+            raise
+
+    sys.exit(run_command("prog", work))
+"""
+
+
+def test_sigterm_stops_a_command_as_a_ctrl_c_does_and_exits_143():
+    """A scheduler's SIGTERM unwinds the work like a Ctrl-C (the command's "checkpoint kept"
+    line comes from the same `except KeyboardInterrupt`), and ends with 128 + 15."""
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(TERMINATED_COMMAND)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 143, (proc.stdout, proc.stderr)
+    assert proc.stdout == "partial output\n"
+    assert proc.stderr == "checkpoint kept\nprog: terminated (SIGTERM)\n", proc.stderr

@@ -57,3 +57,26 @@ def test_api_reference_builds(tmp_path):
     assert _script("make_docs").main(tmp_path) == 0
     assert (tmp_path / "pfedwn_jax" / "data.html").is_file()
     assert "register_dataset" in (tmp_path / "pfedwn_jax.html").read_text()
+
+
+@pytest.mark.slow
+def test_an_editable_build_prints_no_setuptools_warning(tmp_path):
+    """An editable install of the project is a plain .pth (no meta path finder and no
+    setuptools warning about it). Needs setuptools >= 77 (the build requirement)."""
+    import shutil
+    import subprocess
+    import sys
+
+    version = importlib.metadata.version("setuptools")
+    if int(version.split(".")[0]) < 77:
+        pytest.skip(f"setuptools {version} < 77, the project's build requirement")
+    root = Path(__file__).resolve().parents[1]
+    copy = tmp_path / "src"
+    shutil.copytree(root, copy, ignore=shutil.ignore_patterns(".*", "runs", "build", "*.egg-info"))
+    code = f"from setuptools import build_meta as b; print(b.build_editable({str(tmp_path)!r}))"
+    done = subprocess.run(
+        [sys.executable, "-W", "default", "-c", code], cwd=copy, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    output = done.stdout + done.stderr
+    assert "InformationOnly" not in output and "meta path finder" not in output, output[-2000:]

@@ -54,3 +54,23 @@ def test_network_mode_plots_the_median_and_the_10_90_band(monkeypatch):
 def test_single_mode_plots_the_target_only(monkeypatch):
     ax = _figure(monkeypatch, fake_result("single"))
     assert len(ax.lines) == 1 and not ax.collections and ax.lines[0].get_label() == "fedavg"
+
+
+def test_coinciding_curves_stay_visible_and_are_named(monkeypatch):
+    """FedProx at a small mu runs over FedAvg: each curve gets its own dashes and markers,
+    and the legend says that one lies on the other."""
+    config = ExperimentConfig(rounds=4, algorithms=("fedavg", "fedprox"), num_neighbors=5)
+    acc = np.linspace(0.2, 0.8, 4)[:, None] * np.ones((4, 6))
+    methods = {
+        m: table_entry(config.hparams_for(m), acc, 1 - acc, np.ones(6, bool))
+        for m in config.algorithms
+    }
+    network = {"mode": "single", "num_slots": 6, "target": 0, "selected_neighbors": []}
+    result = Result(config, network, {"name": "mnist_embedded"}, methods)
+    ax = _figure(monkeypatch, result)
+    fedavg, fedprox = ax.lines
+    assert fedprox.get_label() == "fedprox (within 0.5 pt of fedavg)"
+    assert fedavg.get_linestyle() != fedprox.get_linestyle()
+    assert fedavg.get_marker() != fedprox.get_marker()
+    assert fedavg.get_linewidth() > fedprox.get_linewidth()  # the one below shows around it
+    assert ax.get_legend() is not None

@@ -198,3 +198,34 @@ def test_script_tiny_every_axis_and_method(tmp_path):
                 == (axis, value, "False", "1", m)
             ]
             assert math.isclose(float(row["final"]), res.target_accuracy(m)[-1], abs_tol=1e-6)
+
+
+@pytest.mark.slow
+def test_script_resume_continues_an_interrupted_study(tmp_path, monkeypatch, capsys):
+    """Interrupted after its first checkpoint step, the study keeps its checkpoint and says
+    how to continue; run again without --resume it is refused, with --resume it finishes
+    with the uninterrupted study's rows and removes its checkpoint."""
+    from pfedwn_jax.runner import checkpoint as ckpt
+
+    argv = ["--preset", "tiny", "--only", "loss", "--methods", "local,fedavg"]
+    whole = tmp_path / "whole"
+    assert _script().main([*argv, "--out", str(whole)]) == 0
+    commit = ckpt.Checkpoint.commit
+
+    def stop_after_first(self, *a, **k):
+        commit(self, *a, **k)
+        self.wait()
+        raise KeyboardInterrupt
+
+    out = tmp_path / "rob"
+    with monkeypatch.context() as m:
+        m.setattr(ckpt.Checkpoint, "commit", stop_after_first)
+        assert _script().main([*argv, "--out", str(out)]) == 130
+    assert "checkpoint kept" in capsys.readouterr().err
+    assert _script().main([*argv, "--out", str(out)]) == 2
+    assert "--resume" in capsys.readouterr().err
+    assert _script().main([*argv, "--out", str(out), "--resume"]) == 0
+    assert not (out / "checkpoint").exists()
+    keep = ("axis", "value", "selection", "seed", "method", "final")
+    pick = [{k: r[k] for k in keep} for r in _read_csv(out / "runs.csv")]
+    assert pick == [{k: r[k] for k in keep} for r in _read_csv(whole / "runs.csv")]

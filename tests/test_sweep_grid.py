@@ -213,6 +213,19 @@ def test_expand_rejects_bad_zips_and_seeds():
         expand(ExperimentConfig(), "0-1", many)
 
 
+def test_a_huge_grid_list_is_refused_before_its_values_are_checked():
+    import time
+
+    from pfedwn_jax.api import sweep
+
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=f"{10**6} grid point.*at most {MAX_RUNS}"):
+        sweep(BASE, "0", {"lr": list(range(10**6))}, progress=False)
+    assert time.perf_counter() - start < 1.0
+    with pytest.raises(ValueError, match=r"must be a list of values; got .{0,200}$"):
+        expand(BASE, "0", {"lr": {i: i for i in range(10**4)}.keys()})
+
+
 # ------------------------------------------------------------------------------ run config
 def test_run_config_is_the_hand_written_config_of_the_run():
     spec = RunSpec(5, 11, {"lr": 0.2, "eps": 0.3, "pfedwn.a": 0.7, "fedprox.mu": 0.5})

@@ -154,7 +154,9 @@ def test_two_tensorboard_writers_in_the_same_second_keep_both_files(tmp_path, mo
 
 
 def test_kinds_are_checked_and_a_missing_extra_is_named(tmp_path, monkeypatch):
-    assert parse_kinds("tensorboard, csv,csv") == ("tensorboard", "csv")
+    assert parse_kinds("tensorboard, csv") == ("tensorboard", "csv")
+    with pytest.raises(ValueError, match="'csv' appears twice"):  # a typo, not a request
+        parse_kinds("tensorboard, csv,csv")
     with pytest.raises(ValueError, match=r"unknown writer 'tb'; allowed: tensorboard, wandb, csv"):
         parse_kinds("tb")
     monkeypatch.setitem(sys.modules, "wandb", None)  # import fails
@@ -189,6 +191,7 @@ def fake_wandb():
 
     module.init = init
     module.Histogram = lambda values: ("histogram", len(values))
+    module.Settings = lambda **kw: ("settings", kw)
     return module
 
 
@@ -247,6 +250,8 @@ def test_cli_sweep_logs_one_wandb_run_per_grid_point_and_seed(tmp_path, monkeypa
     argv += ["--grid", "lr=0.05,0.1", "--out", str(out)]
     assert main([*argv, "--log-to", "wandb,csv", "--save-models"]) == 0
     assert len(wandb.runs) == 4
+    quiet = ("settings", {"quiet": True})  # W&B's own summary kept out of the output
+    assert all(r.kwargs["settings"] == quiet for r in wandb.runs)
     names = sorted(r.kwargs["name"] for r in wandb.runs)
     assert names == ["seed=0,lr=0.05", "seed=0,lr=0.1", "seed=1,lr=0.05", "seed=1,lr=0.1"]
     rows = pfedwn_jax.SweepResult.load(out).rows

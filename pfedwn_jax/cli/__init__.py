@@ -8,10 +8,14 @@ register are usable by name. Errors become one line on stderr, never a traceback
 - exit status 2: a usage error from the parser (a bad flag or flag value) or a `ValueError`,
   i.e. the command line asks for something impossible (a bad value, an output path that is
   a file or not writable: checked before any work);
-- exit status 1: an `OSError` during the work (disk full, a directory removed or made
-  read-only meanwhile), printed with the path it concerns: the input was fine, the system
-  failed, so the status differs from a usage error;
+- exit status 2 also for a full disk: one line naming the filesystem (mount point, free
+  space) and the path being written; nothing complete is removed, no temporary directory
+  is left;
+- exit status 1: another `OSError` during the work (a directory removed or made read-only
+  meanwhile), printed with the path it concerns: the input was fine, the system failed, so
+  the status differs from a usage error;
 - exit status 3 (`pfedwn run`): finished and wrote its results, but a method diverged;
+- exit status 143: stopped by SIGTERM, handled as a Ctrl-C (the same "checkpoint kept" line);
 - exit status 130: interrupted (Ctrl-C): the first Ctrl-C stops the work cleanly (a run's or
   sweep's checkpoint keeps its last complete step; the command says how to resume), a second
   one exits at once, also with 130 (`pfedwn_jax.interrupts`). Never a traceback or a crash.
@@ -75,8 +79,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def bare_compile_cache(argv: list[str]) -> list[str]:
+    """`argv` with a `--compile-cache` followed by a subcommand's name (or by another flag)
+    written `--compile-cache=`: its directory is optional, and argparse would otherwise take
+    `pfedwn --compile-cache sweep ...` as the directory `sweep` and miss the subcommand."""
+    names = {m.__name__.rsplit(".", 1)[1] for m in SUBCOMMANDS}  # each module is its command
+    out = list(argv)
+    for i, arg in enumerate(out[:-1]):
+        if arg == "--compile-cache" and (out[i + 1] in names or out[i + 1].startswith("-")):
+            out[i] = "--compile-cache="
+    if out and out[-1] == "--compile-cache":
+        out[-1] = "--compile-cache="
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    argv = bare_compile_cache(sys.argv[1:] if argv is None else list(argv))
     early = early_options(argv)
     if early.cpu_devices is None or early.cpu_devices >= 1:
         use_cpu_devices(early.cpu_devices)  # before the first JAX computation, user code's too

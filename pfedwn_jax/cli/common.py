@@ -2,9 +2,9 @@
 
 - `OneLineParser`: a usage error is one line on stderr and exit status 2;
 - `run_command`: runs a command's work and turns its exceptions into one line and an exit
-  status (2: a `ValueError`, the input asks for something impossible; 1: an `OSError`, the
-  system failed; 130: Ctrl-C, a second Ctrl-C exiting at once, `interrupts`), never a
-  traceback;
+  status (2: a `ValueError`, the input asks for something impossible, or a full disk, named
+  with its mount point and the path; 1: another `OSError`, the system failed; 130: Ctrl-C,
+  a second Ctrl-C exiting at once, `interrupts`), never a traceback;
 - argument types and checks that fail before any work: `out_path` (an empty `--out` is
   refused, not read as the current directory), `check_out_dir` (writable),
   `parse_seed_list`, `parse_methods`, `as_flag` (a parser's error named by its flag),
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -27,7 +28,7 @@ from pfedwn_jax._checks import check_float
 from pfedwn_jax.experiment.config import check_algorithms
 from pfedwn_jax.experiment.grid import parse_seeds
 from pfedwn_jax.interrupts import EXIT_INTERRUPTED, exit_now, interrupt_guard
-from pfedwn_jax.io import check_writable_dir
+from pfedwn_jax.io import DiskFullError, check_writable_dir, disk_full_error, is_disk_full
 from pfedwn_jax.runner.writers import make_writers
 from pfedwn_jax.wireless import ChannelParams, eps_ceiling_message
 
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from pfedwn_jax.experiment.config import ExperimentConfig
 
 EXIT_USAGE = 2  # a bad argument or value: nothing was done
-EXIT_SYSTEM = 1  # the input was fine, the system failed (disk full, permissions)
+EXIT_SYSTEM = 1  # the input was fine, the system failed (permissions; a full disk is 2)
 T = TypeVar("T")
 _Configs = TypeVar("_Configs", "ExperimentConfig", "list[ExperimentConfig]")
 NO_SELECTION = "; --selection false runs without selection"
@@ -64,21 +65,37 @@ def run_command(prog: str, work: Callable[[], int | None]) -> int:
         try:
             return _statuses(prog, work)
         except KeyboardInterrupt:  # also one landing in `_statuses`'s own handlers
-            print(f"{prog}: interrupted", file=sys.stderr)
+            term = guard.received and guard.signum == signal.SIGTERM
+            print(f"{prog}: {'terminated (SIGTERM)' if term else 'interrupted'}", file=sys.stderr)
             if guard.received:
-                exit_now(EXIT_INTERRUPTED)
+                exit_now(128 + int(guard.signum))  # 130 for Ctrl-C, 143 for SIGTERM
             return EXIT_INTERRUPTED
 
 
 def _statuses(prog: str, work: Callable[[], int | None]) -> int:
     try:
         return int(work() or 0)
-    except ValueError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except OSError as e:
-        print(f"{prog}: error: {describe_os_error(e)}", file=sys.stderr)
-        return EXIT_SYSTEM
+    except Exception as e:
+        if is_disk_full(e):  # also inside a library's own error type (tensorstore's)
+            full = e if isinstance(e, DiskFullError) else disk_full_error(_path_of(e))
+            print(f"{prog}: error: {full}", file=sys.stderr)
+            return EXIT_USAGE
+        if isinstance(e, ValueError):
+            print(f"{prog}: error: {e}", file=sys.stderr)
+            return EXIT_USAGE
+        if isinstance(e, OSError):
+            print(f"{prog}: error: {describe_os_error(e)}", file=sys.stderr)
+            return EXIT_SYSTEM
+        raise
+
+
+def _path_of(e: BaseException | None) -> str:
+    """The file an error concerns (its `filename`, also inside its chain), else `.`."""
+    while e is not None:
+        if isinstance(e, OSError) and e.filename is not None:
+            return str(e.filename)
+        e = e.__cause__ or e.__context__
+    return "."
 
 
 def describe_os_error(e: OSError) -> str:

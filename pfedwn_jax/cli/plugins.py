@@ -80,6 +80,11 @@ def import_modules(names: list[str]) -> None:
                 f"--import {name}: no module named {e.name!r} in the current directory or on "
                 "sys.path (give a file as --import path/to/module.py, or set PYTHONPATH)"
             ) from None
+        except SystemExit as e:  # e.g. a script's `sys.exit(main())` without a __main__ guard
+            raise ValueError(
+                f"--import {name}: the module called sys.exit({e.code!r}) while being imported "
+                '(put its script code under `if __name__ == "__main__":`)'
+            ) from None
         except Exception as e:  # the user's module failed while importing
             raise ValueError(f"--import {name} failed: {type(e).__name__}: {e}") from e
 

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from pfedwn_jax import api, distributed
+from pfedwn_jax._checks import split_list
 from pfedwn_jax.cli.common import (
     LOGS,
     MODELS,
@@ -54,7 +55,12 @@ from pfedwn_jax.cli.common import (
 from pfedwn_jax.distributed import is_writer
 from pfedwn_jax.experiment import ExperimentConfig
 from pfedwn_jax.experiment.grid import expand, run_config
-from pfedwn_jax.io import atomic_write_json, atomic_write_text, check_writable_dir
+from pfedwn_jax.io import (
+    atomic_write_json,
+    atomic_write_text,
+    check_writable_dir,
+    check_writable_file,
+)
 from pfedwn_jax.plotting import MISSING
 from pfedwn_jax.results.report import (
     format_table,
@@ -288,12 +294,12 @@ def _number(name: str, text: str) -> float:
         raise ValueError(f"{name} must be a number; got {text!r}") from None
 
 
-def _split(value: Any) -> list[Any]:
-    """`None` -> `[None]`; "a, b" -> ["a", "b"]."""
+def _split(value: Any, flag: str = "--dataset", unique: bool = True) -> list[Any]:
+    """`None` -> `[None]`; "a, b" -> ["a", "b"] (an empty item, or a repeated one where
+    `unique`, is a `ValueError` naming `flag`)."""
     if value is None:
         return [None]
-    items = [v.strip() for v in str(value).split(",") if v.strip()]
-    return items or [None]
+    return list(split_list(flag, str(value), unique=unique))
 
 
 def configs_from_args(args: argparse.Namespace) -> list[ExperimentConfig]:
@@ -302,8 +308,8 @@ def configs_from_args(args: argparse.Namespace) -> list[ExperimentConfig]:
     case), in paper Table II order (case-major)."""
 
     datasets = _split(getattr(args, "dataset", None))
-    gammas = _split(getattr(args, "gamma_th", None))
-    targets = _split(getattr(args, "target", None))
+    gammas = _split(getattr(args, "gamma_th", None), "--gamma-th", unique=False)  # zipped
+    targets = _split(getattr(args, "target", None), "--target", unique=False)
     num_cases = max(len(gammas), len(targets))
     for name, values in (("gamma_th", gammas), ("target", targets)):
         if len(values) not in (1, num_cases):
@@ -420,6 +426,8 @@ def main(args: argparse.Namespace) -> int:
     if done is not None:  # a finished job has no checkpoint left: nothing runs again
         print(f"nothing to resume: the job in {out} finished; its results: " + ", ".join(done))
         return 0
+    for name in (RESULTS, ARRAYS, CURVE, PI_PLOT, TABLE, CASES):  # before any training
+        check_writable_file(out / name, "output file")
     results, checkpoint = _run_all(configs, out, args)
     if not is_writer():  # every process ran the same job; process 0 writes it
         return 0

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from pfedwn_jax import api, distributed
-from pfedwn_jax._checks import check_bool, check_int
+from pfedwn_jax._checks import check_bool, check_int, split_list
 from pfedwn_jax.cli.common import (
     add_output_flags,
     models_dir,
@@ -60,7 +60,7 @@ from pfedwn_jax.cli.run import (
 from pfedwn_jax.distributed import is_writer
 from pfedwn_jax.experiment import ExperimentConfig
 from pfedwn_jax.experiment.grid import GRID_FIELDS, RunSpec, expand, parse_grid_arg, parse_seeds
-from pfedwn_jax.io import check_writable_dir
+from pfedwn_jax.io import check_writable_dir, check_writable_file
 from pfedwn_jax.runner.checkpoint import remove
 
 CHECKPOINT = "checkpoint"  # a directory under --out (the sweep library's format)
@@ -225,7 +225,7 @@ def _records(text: str | None, logged: bool = False) -> Any:
         return ("pi",) if logged else ()
     if text.strip() == "all":
         return "all"
-    return tuple(k.strip() for k in text.split(",") if k.strip())
+    return tuple(split_list("--records", text))
 
 
 # ---------------------------------------------------------------------------------- main
@@ -242,6 +242,8 @@ def _mesh() -> Any:
 def main(args: argparse.Namespace) -> int:
     opts = sweep_options(args)
     out: Path = check_writable_dir(args.out, "--out")
+    for name in ("rows.csv", "sweep.json", "summary.json", "curves.png", "records.npz"):
+        check_writable_file(out / name, "output file")  # before any training
     mesh = _mesh()
 
     writer = is_writer()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 
 import numpy as np
 
@@ -219,3 +220,33 @@ def fingerprint(dataset: Dataset) -> str:
         digest.update(f"|{a.dtype.str}{a.shape}|".encode())
         digest.update(a.data)
     return f"sha256:{digest.hexdigest()}"
+
+
+def inferred_num_classes(name: str, y_train: np.ndarray, y_test: np.ndarray) -> int:
+    """The class count read off the largest label (labels 0..K-1), for a dataset that does
+    not give one. A single distinct label is a `ValueError` (nothing to classify; it was
+    silently made two classes); labels that leave classes without a sample (one stray label
+    1000 among 0..9 makes a 1001-class model) are logged as a warning naming the count."""
+    labels = np.concatenate([np.ravel(y_train), np.ravel(y_test)])
+    present = np.unique(labels)
+    if present.size == 0:
+        raise ValueError(f"dataset {name!r}: no labels; give at least one sample")
+    if present.size == 1:
+        raise ValueError(
+            f"dataset {name!r}: every label is {int(present[0])}, a single class: nothing to "
+            "classify (give num_classes to train on it anyway)"
+        )
+    num_classes = int(present[-1]) + 1
+    if present.size < num_classes:
+        logging.getLogger("pfedwn_jax").warning(
+            "dataset %r: the largest label is %d, so the model gets %d classes, but only %d "
+            "distinct labels occur (%d classes have no sample); relabel to 0..%d or give "
+            "num_classes",
+            name,
+            num_classes - 1,
+            num_classes,
+            present.size,
+            num_classes - present.size,
+            present.size - 1,
+        )
+    return num_classes

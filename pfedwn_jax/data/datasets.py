@@ -27,6 +27,7 @@ from pfedwn_jax.data.arrays import (
     as_labels,
     as_writers,
     fingerprint,
+    inferred_num_classes,
     writer_ids,
 )
 from pfedwn_jax.data.leaf import LEAF_PREFIX, load_leaf
@@ -101,9 +102,7 @@ def _unreadable(name: str, path: Path, e: Exception) -> ValueError:
 
 def _num_classes(name: str, raw: dict[str, np.ndarray], y_train, y_test) -> int:
     if "num_classes" not in raw:
-        num_classes = max(int(y_train.max(initial=-1)), int(y_test.max(initial=-1))) + 1
-        _note_unused_classes(name, num_classes, np.concatenate([y_train, y_test]))
-        return num_classes
+        return inferred_num_classes(name, y_train, y_test)
     stored = raw["num_classes"]
     if stored.shape != () or stored.dtype.kind not in "iu":
         raise ValueError(
@@ -111,25 +110,6 @@ def _num_classes(name: str, raw: dict[str, np.ndarray], y_train, y_test) -> int:
             f"got {stored.dtype} {stored.shape}"
         )
     return int(stored)
-
-
-def _note_unused_classes(name: str, num_classes: int, labels: np.ndarray) -> None:
-    """Warn when the class count read off the largest label leaves classes without a sample
-    (one stray label 1000 among 0..9 makes a 1001-class model)."""
-    present = np.unique(labels).size
-    if present >= num_classes:
-        return
-    log.warning(
-        "dataset %r: the largest label is %d, so the model gets %d classes, but only %d "
-        "distinct labels occur (%d classes have no sample); relabel to 0..%d or store "
-        "num_classes in the .npz",
-        name,
-        num_classes - 1,
-        num_classes,
-        present,
-        num_classes - present,
-        present - 1,
-    )
 
 
 def load_npz(path: str | Path, name: str | None = None) -> Dataset:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from pfedwn_jax.data.arrays import Dataset, as_labels
+from pfedwn_jax.data.arrays import Dataset, as_labels, inferred_num_classes
 
 LEAF_PREFIX = "leaf:"
 
@@ -104,5 +104,5 @@ def load_leaf(path: str | Path, name: str | None = None, num_classes: int | None
     x_tr, y_tr, w_tr = _stack(name, "train", train, ids, shape)
     x_te, y_te, w_te = _stack(name, "test", test, ids, shape)
     if num_classes is None:
-        num_classes = max(int(y_tr.max(initial=-1)), int(y_te.max(initial=-1))) + 1
+        num_classes = inferred_num_classes(name, y_tr, y_te)
     return Dataset(x_tr, y_tr, x_te, y_te, num_classes, name, w_tr, w_te)

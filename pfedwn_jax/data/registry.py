@@ -15,7 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from pfedwn_jax.data.arrays import Dataset, as_labels, as_writers, check_inputs, fingerprint
+from pfedwn_jax.data.arrays import (
+    Dataset,
+    as_labels,
+    as_writers,
+    check_inputs,
+    fingerprint,
+    inferred_num_classes,
+)
 
 _DATASETS: dict[str, Dataset] = {}
 _FINGERPRINTS: dict[str, str] = {}
@@ -75,7 +82,7 @@ def register_dataset(
         x_te, y_te = _inputs(name, "x_test", x_test), as_labels(name, "y_test", y_test)
     writers = _writers(name, writer_train, writer_test, len(y_tr), len(y_te))
     if num_classes is None:
-        num_classes = max(int(y_tr.max(initial=-1)), int(y_te.max(initial=-1)), 1) + 1
+        num_classes = inferred_num_classes(name, y_tr, y_te)
     dataset = Dataset(x_tr, y_tr, x_te, y_te, num_classes, name, *writers)
     for array in (x_tr, y_tr, x_te, y_te, *(w for w in writers if w is not None)):
         array.flags.writeable = False

@@ -24,6 +24,7 @@ from pfedwn_jax._checks import (
     check_int,
     check_seed,
     set_fields,
+    split_list,
 )
 from pfedwn_jax.algorithms import (
     available_algorithms,
@@ -277,13 +278,15 @@ class ExperimentConfig:
         `overrides` (e.g. from the command line) replace the file's values.
         """
         path = Path(path)
+        if path.is_dir():
+            raise ValueError(f"config file {path} is a directory; give a TOML file")
         try:
             with path.open("rb") as f:
                 data = tomllib.load(f)
         except FileNotFoundError:
             raise ValueError(f"config file not found: {path}") from None
-        except tomllib.TOMLDecodeError as e:
-            raise ValueError(f"config file {path}: {e}") from None
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"config file {path} is not valid TOML: {e}") from None
         data.update(overrides)
         return cls.from_dict(data)
 
@@ -360,11 +363,14 @@ def check_algorithms(algorithms: Any) -> tuple[str, ...]:
     """Registered, distinct names; a string is split at commas and must name one at least."""
     registered = list(available_algorithms())
     if isinstance(algorithms, str):
-        names = tuple(a.strip() for a in algorithms.split(",") if a.strip())
-        if not names:
+        if not algorithms.replace(",", "").strip():
             raise ValueError(
                 f"algorithms: no algorithm named in {algorithms!r}; available: {registered}"
             )
+        try:
+            names = tuple(split_list("algorithms", algorithms, unique=False))
+        except ValueError as e:
+            raise ValueError(f"{e}; available: {registered}") from None
     elif isinstance(algorithms, list | tuple):
         names = tuple(algorithms)
     else:
@@ -392,6 +398,10 @@ def _check_methods(model: Any, algorithms: Any, hparams: Any) -> dict[str, Any]:
     for alg, overrides in hparams.items():
         if alg not in registered:
             raise ValueError(f"hparams: unknown algorithm {alg!r}; available: {registered}")
+        if not isinstance(overrides, Mapping):  # None too: a table is expected
+            raise ValueError(
+                f"hparams.{alg} must be a table of overrides, e.g. {{'mu': 0.1}}; got {overrides!r}"
+            )
         hp = make_hparams(get_algorithm(alg), overrides)
         checked[alg] = {k: getattr(hp, k) for k in overrides}
     return {

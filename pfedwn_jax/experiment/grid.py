@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from pfedwn_jax._checks import check_seed
+from pfedwn_jax._checks import check_bool, check_seed
 from pfedwn_jax.algorithms import get_algorithm
 from pfedwn_jax.experiment.config import ExperimentConfig
 
@@ -234,15 +234,17 @@ def expand(
     a non-empty list, a value the config rejects (naming `grid[<key>]` and the value), a
     combination the config rejects (naming the grid point) and a repeated grid point.
     """
+    zip = check_bool("zip", zip)
     seeds = parse_seeds(seeds)
-    lists = _checked_lists(config, grid, paired=zip)
-    lengths = [len(v) for v in lists.values()]
+    raw = _raw_lists(config, grid)
+    lengths = [len(v) for v in raw.values()]
     num_points = (max(lengths, default=1) if zip else math.prod(lengths)) or 1
-    if num_points * len(seeds) > MAX_RUNS:  # before the points are listed
+    if num_points * len(seeds) > MAX_RUNS:  # before any value is checked or point listed
         raise ValueError(
             f"a sweep of {num_points} grid point(s) x {len(seeds)} seed(s) = "
             f"{num_points * len(seeds)} runs; at most {MAX_RUNS}"
         )
+    lists = _checked_lists(config, raw, paired=zip)
     points = _points(lists, paired=zip)
     for point in points:  # combinations (seeds are checked; they cannot make a point invalid)
         try:
@@ -274,11 +276,11 @@ def point_methods(
     return out
 
 
-def _checked_lists(
-    config: ExperimentConfig, grid: Mapping[str, Sequence[Any]] | None, *, paired: bool
+def _raw_lists(
+    config: ExperimentConfig, grid: Mapping[str, Sequence[Any]] | None
 ) -> dict[str, list[Any]]:
-    """`grid` with known keys and every value checked alone and normalised (`2` -> `2.0` for
-    a float field); a repeated value of one list is an error unless the lists are paired."""
+    """`grid` with known keys, each value a non-empty list (values not checked yet: the
+    number of runs is capped first, so a huge list is refused at once)."""
     if grid is None:
         return {}
     if not isinstance(grid, Mapping):
@@ -291,14 +293,32 @@ def _checked_lists(
         if isinstance(values, np.ndarray) and values.ndim == 1:
             values = values.tolist()
         if isinstance(values, str | bytes) or not isinstance(values, Sequence):
-            raise ValueError(f"grid[{key}] must be a list of values; got {values!r}")
+            raise ValueError(f"grid[{key}] must be a list of values; got {_short(values)}")
         if not values:
             raise ValueError(f"grid[{key}] must be a non-empty list of values; got {values!r}")
-        lists[key] = [_checked_value(config, key, v) for v in values]
-        repeated = _first_repeat(lists[key])
-        if repeated is not None and not paired:
-            raise ValueError(f"grid[{key}] repeats the value {repeated[0]!r}; got {values!r}")
+        lists[key] = list(values)
     return lists
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    """`repr(value)`, cut to `limit` characters (a grid list may hold a million values)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 5] + " ...]"
+
+
+def _checked_lists(
+    config: ExperimentConfig, lists: dict[str, list[Any]], *, paired: bool
+) -> dict[str, list[Any]]:
+    """`lists` (from `_raw_lists`) with every value checked alone and normalised (`2` -> `2.0`
+    for a float field), in time linear in the values; a repeated value of one list is an
+    error unless the lists are paired."""
+    checked = {}
+    for key, values in lists.items():
+        checked[key] = [_checked_value(config, key, v) for v in values]
+        repeated = _first_repeat(checked[key])
+        if repeated is not None and not paired:
+            raise ValueError(f"grid[{key}] repeats the value {repeated[0]!r}; got {_short(values)}")
+    return checked
 
 
 def _checked_value(config: ExperimentConfig, key: str, value: Any) -> Any:

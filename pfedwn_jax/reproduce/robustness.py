@@ -186,14 +186,14 @@ def _key(config: ExperimentConfig) -> str:
 
 
 def run_points(
-    points: list[dict[str, Any]], *, progress: bool = False
+    points: list[dict[str, Any]], *, progress: bool = False, **job: Any
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """`(curves, meta)`: `config key -> {method: target accuracy [R]}` for every distinct
-    config of `points`, all in one job (`api.sweep`), and the job's meta (programs,
-    timings)."""
+    config of `points`, all in one job (`api.sweep`; `job`: its `checkpoint`, `resume`,
+    `overwrite`), and the job's meta (programs, timings)."""
     unique = {_key(p["config"]): p["config"] for p in points}
     keys = list(unique)
-    res = api.sweep([unique[k] for k in keys], progress=progress)
+    res = api.sweep([unique[k] for k in keys], progress=progress, **job)
     cols = res.rows
     return {k: _curves(cols, cols["run"] == i) for i, k in enumerate(keys)}, res.meta
 
@@ -312,19 +312,31 @@ def run_robustness(
     seeds: Sequence[int] | None = None,
     methods: Sequence[str] | None = None,
     progress: bool = False,
+    checkpoint: str | Path | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
 ) -> RobustnessResult:
     """Run the experiment of `preset` (a name in `PRESETS` or a `Preset`) on `axes`;
-    `seeds` / `methods` replace the preset's. Nothing is written (`RobustnessResult.save`)."""
+    `seeds` / `methods` replace the preset's; `checkpoint` / `resume` / `overwrite` as in
+    `run()` (an interrupted study continues where it stopped). Nothing else is written
+    (`RobustnessResult.save`)."""
     name = preset if isinstance(preset, str) else "custom"
     if isinstance(preset, str):
         preset = PRESETS[check_choice("preset", preset, PRESETS)]
     if seeds is not None:
         preset = dataclasses.replace(preset, seeds=tuple(check_int("seeds", s, 0) for s in seeds))
+    if len(preset.seeds) < 2:  # before any run: the summary is a 95% interval over seeds
+        raise ValueError(
+            f"seeds: the summary's 95% interval over seeds needs 2 at least; got "
+            f"{list(preset.seeds)}"
+        )
     if methods is not None:
         preset = dataclasses.replace(preset, base=preset.base.replace(algorithms=tuple(methods)))
     points = plan(preset, axes)
     load0, t0 = os.getloadavg(), time.perf_counter()
-    curves, job = run_points(points, progress=progress)
+    curves, job = run_points(
+        points, progress=progress, checkpoint=checkpoint, resume=resume, overwrite=overwrite
+    )
     rows = table(points, curves, preset.window)
     meta = {
         "preset": name,

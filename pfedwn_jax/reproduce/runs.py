@@ -23,7 +23,7 @@ import numpy as np
 from pfedwn_jax import api
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.experiment.grid import expand, run_config
-from pfedwn_jax.io import atomic_write_text
+from pfedwn_jax.io import atomic_write_text, read_json
 from pfedwn_jax.reproduce.cases import (
     PAPER_GAMMAS,
     PAPER_WANTED,
@@ -162,10 +162,16 @@ def _cached(folder: Path, runs: Sequence[Mapping[str, Any]]) -> SweepResult | No
     so an interrupted reproduction continues where it stopped; else None."""
     if not (folder / "runs.json").is_file() or not (folder / SWEEP_FILE).is_file():
         return None
-    saved = json.loads((folder / "runs.json").read_text())
+    saved = read_json(folder / "runs.json", _CACHE_FILE)
     if saved != json.loads(json.dumps(list(runs), default=str)):
         return None
-    return SweepResult.load(folder)
+    try:
+        return SweepResult.load(folder)
+    except ValueError as e:
+        raise ValueError(f"{e}; remove {str(folder)!r} to compute it again") from None
+
+
+_CACHE_FILE = "cached reproduction file"
 
 
 def save_sweep(folder: Path, res: SweepResult, runs: Sequence[Mapping[str, Any]]) -> None:

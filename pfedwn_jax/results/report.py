@@ -6,7 +6,13 @@ from pathlib import Path
 
 import numpy as np
 
-from pfedwn_jax.plotting import curve_style, pyplot, rounds_axis, save_figure
+from pfedwn_jax.plotting import (
+    distinct_style,
+    pyplot,
+    rounds_axis,
+    same_as,
+    save_figure,
+)
 from pfedwn_jax.results.result import Result
 
 RESUMED_NOTE = "* resumed: time includes the interrupted run's rounds and compilation"
@@ -79,11 +85,15 @@ def plot_learning_curves(result: Result, path: str | Path) -> Path | None:
         return None
     network = result.network.get("mode") == "network"
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
-    for name in result.methods:
-        acc = result.target_accuracy(name)
+    curves = {name: result.target_accuracy(name) for name in result.methods}
+    equal = same_as(curves)
+    for index, (name, acc) in enumerate(curves.items()):
         rounds = np.arange(1, len(acc) + 1)
         label = f"{name} (mean)" if network else name
-        (line,) = ax.plot(rounds, 100 * acc, label=label, lw=1.6, **curve_style(len(acc)))
+        if name in equal:
+            label += f" (within 0.5 pt of {equal[name]})"
+        style = distinct_style(index, len(acc))
+        (line,) = ax.plot(rounds, 100 * acc, label=label, **style)
         if network:
             _client_spread(ax, result.client_accuracy_stats(name), rounds, line.get_color())
     rounds_axis(ax)
@@ -207,12 +217,17 @@ def plot_pi_history(
         first = int(estimated[0])
         neighbors = [j for j in range(pi.shape[2]) if np.any(pi[estimated, i, j] > 0)]
         steps = np.arange(trace.shape[1])
-        for j in neighbors:
+        for k, j in enumerate(neighbors):
             label = f"neighbor {clients[columns[i, j]]}"
-            row[0].plot(steps, trace[first, :, i, j], marker="o", ms=3, lw=1.5, label=label)
+            row[0].plot(steps, trace[first, :, i, j], label=label, **distinct_style(k, len(steps)))
             # before the first estimate the target does not aggregate: no weight to show
             shown = np.where(np.nansum(pi[:, i], axis=1) > 0, pi[:, i, j], np.nan)
-            row[1].plot(rounds, shown, marker=".", ms=3, lw=1.5, label=label)
+            row[1].plot(rounds, shown, label=label, **distinct_style(k, len(rounds)))
+        if len(estimated) > 1 and np.allclose(pi[estimated, i], pi[first, i], equal_nan=True):
+            row[1].text(
+                0.04, 0.5, f"pi fixed after its estimate in round {rounds[first]}",
+                transform=row[1].transAxes, ha="left", va="center", fontsize=7, alpha=0.7,
+            )  # fmt: skip
         ticks = [str(s) for s in steps]
         ticks[0], ticks[-1] = "prior", "final"
         row[0].set_xticks(steps, ticks, fontsize=7)
@@ -223,7 +238,8 @@ def plot_pi_history(
             ax.set_ylabel(f"pi (target {clients[i]})")
             ax.set_ylim(-0.02, 1.02)
             ax.grid(alpha=0.3)
-        row[1].legend(fontsize=7, loc="best")
+        row[0].legend(fontsize=7, loc="best")  # a legend on every panel
+        row[1].legend(fontsize=7, loc="center right")
     fig.suptitle("pFedWN aggregation weights (paper Fig. 8)", fontsize=9)
     fig.tight_layout()
     return save_figure(fig, path)

@@ -205,7 +205,7 @@ class Result:
         if schema not in SCHEMAS:
             raise ValueError(f"results schema must be one of {list(SCHEMAS)}; got {schema!r}")
         config = ExperimentConfig.from_dict(data["config"])
-        methods = data["methods"]
+        methods = _checked_methods(data["methods"])
         if schema in (OLD_SCHEMA, OLD_COMPACT_SCHEMA):
             methods = {name: _migrated(entry) for name, entry in methods.items()}
         return cls(
@@ -243,15 +243,38 @@ class Result:
         """Read a results JSON of either layout (a compact one with its `.npz`, whose arrays
         are put back in place as NumPy arrays)."""
         doc = _read_json(Path(path))
-        if doc.get("schema") in COMPACT_SCHEMAS:
-            for key, value in load_arrays(path).items():
-                _put(doc, key.split(SEP), value)
-            for entry in doc["methods"].values():
-                entry["recorded_rounds"] = entry.pop("rounds")
         try:
+            if doc.get("schema") in COMPACT_SCHEMAS:
+                for key, value in load_arrays(path).items():
+                    _put(doc, key.split(SEP), value)
+                for entry in _checked_methods(doc["methods"]).values():
+                    entry["recorded_rounds"] = entry.pop("rounds")
             return cls.from_dict(doc)
         except KeyError as e:  # a JSON object, but not a results file
             raise ValueError(f"results file {str(path)!r} has no {e} entry") from None
+        except ValueError as e:
+            if str(path) in str(e):
+                raise
+            raise ValueError(f"results file {str(path)!r}: {e}") from None
+
+
+# what every method entry of a results file holds (the summary and the curves read them)
+METHOD_KEYS = ("target_accuracy", "max_target_accuracy", "final_target_accuracy")
+
+
+def _checked_methods(methods: Any) -> dict[str, Any]:
+    """`methods` if it maps names to entries holding `METHOD_KEYS`; else a `ValueError`
+    naming the damaged entry (so a damaged file is refused when read, not at `summary()`)."""
+    if not isinstance(methods, dict):
+        raise ValueError(f"results: 'methods' must map method names to entries; got {methods!r}")
+    for name, entry in methods.items():
+        if not isinstance(entry, dict):
+            got = f"{type(entry).__name__} {entry!r}"[:80]
+            raise ValueError(f"results: methods[{name!r}] is damaged: not an entry but {got}")
+        missing = [k for k in METHOD_KEYS if k not in entry]
+        if missing:
+            raise ValueError(f"results: methods[{name!r}] is damaged: it has no {missing}")
+    return methods
 
 
 def _migrated(entry: dict[str, Any]) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from pfedwn_jax.io import (
     atomic_write_text,
     atomic_write_with,
     check_writable_dir,
+    read_npz,
     write_npz,
 )
 from pfedwn_jax.plotting import pyplot
@@ -477,8 +478,14 @@ class SweepResult:
                     f"{str(source)!r} is a directory; SweepResult.load(directory) reads the "
                     f"{SWEEP_FILE} that save(directory) wrote there"
                 )
-            source = Path(source).read_text()
-        data = json.loads(source)
+            where = f"sweep file {str(source)!r}"
+            source = Path(source).read_text(errors="replace")
+        else:
+            where = "sweep JSON text"
+        try:
+            data = json.loads(source)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where} is not valid JSON (truncated or damaged?): {e}") from None
         schema = data.get("schema") if isinstance(data, dict) else None
         if schema != SCHEMA:
             raise ValueError(f"sweep JSON schema must be {SCHEMA!r}; got {schema!r}")
@@ -511,8 +518,8 @@ class SweepResult:
         res = cls.from_json(path / SWEEP_FILE)
         if not (path / RECORDS_FILE).is_file():
             return res
-        with np.load(path / RECORDS_FILE, allow_pickle=False) as f:
-            return cls(res.rows, res.swept, res.meta, {k: f[k] for k in f.files})
+        records = read_npz(path / RECORDS_FILE, "sweep records file")
+        return cls(res.rows, res.swept, res.meta, records)
 
     def to_pandas(self) -> Any:
         """The table as a `pandas.DataFrame` (a copy). Needs pandas (the `analysis` extra)."""

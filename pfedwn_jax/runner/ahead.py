@@ -26,7 +26,10 @@ class Ahead:
         self.box: dict[str, Any] = {}
 
     def start(self, key: Hashable, compile_fn: Callable[[], Any]) -> None:
-        """Run `compile_fn()` on a daemon thread (an interrupted job does not wait for it)."""
+        """Run `compile_fn()` on a background thread. Not a daemon: a job that fails while it
+        compiles (a full disk, say) ends with the interpreter joining it, as a daemon thread
+        stopped inside XLA's C++ at exit aborts the process (status 134). A Ctrl-C ends the
+        process at once (`interrupts.exit_now`), so an interrupted job does not wait for it."""
         box: dict[str, Any] = {}
 
         def work() -> None:
@@ -38,7 +41,7 @@ class Ahead:
             box["seconds"] = time.perf_counter() - t0
 
         self.key, self.box = key, box
-        self.thread = threading.Thread(target=work, name="pfedwn-compile-ahead", daemon=True)
+        self.thread = threading.Thread(target=work, name="pfedwn-compile-ahead", daemon=False)
         self.thread.start()
 
     def take(self, key: Hashable) -> tuple[Any, float] | None:

@@ -36,7 +36,6 @@ import json
 import logging
 import os
 import shutil
-import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -45,7 +44,13 @@ import numpy as np
 
 from pfedwn_jax import state_store
 from pfedwn_jax.distributed import is_writer
-from pfedwn_jax.io import atomic_write_json, atomic_write_with, check_writable_dir, write_npz
+from pfedwn_jax.io import (
+    atomic_write_json,
+    atomic_write_with,
+    check_writable_dir,
+    read_npz,
+    write_npz,
+)
 
 log = logging.getLogger("pfedwn_jax")
 FORMAT = "pfedwn-checkpoint/2"
@@ -180,6 +185,9 @@ class Checkpoint:
         try:
             if self._writer is not None:
                 self._writer.close()
+        except Exception:
+            if exc[1] is None:  # else the error in flight is the one to report
+                raise
         finally:
             self._release()
 
@@ -281,8 +289,7 @@ class Checkpoint:
         for entry in self.saved.meta["progress"]["blocks"]:
             path = self.dir / BLOCKS / _block_name(entry)
             try:
-                with np.load(path, allow_pickle=False) as f:
-                    arrays = {k: f[k] for k in f.files}
+                arrays = read_npz(path, "block file")
             except (OSError, ValueError) as e:
                 raise _error(self.dir, f"block {path.name} cannot be read ({_short(e)})") from None
             yield entry, arrays
@@ -390,37 +397,6 @@ class _OrbaxSilenced(logging.Filter):
 
     def __exit__(self, *exc: object) -> None:
         logging.getLogger("absl").removeFilter(self)
-
-
-def _drop_closed_loop_callbacks(previous: Any) -> Any:
-    """An unraisable-exception hook that drops tensorstore's late read callbacks into orbax's
-    closed event loop and hands every other exception to `previous`.
-
-    When one read of a damaged step fails, orbax stops waiting and closes its asyncio loop;
-    the other reads of the step finish later and their callbacks (`call_soon_threadsafe`)
-    find the loop closed. Python prints each as a bare `RuntimeError: Event loop is closed`
-    traceback, after the failure was already reported (`Checkpoint.restore`)."""
-
-    def hook(unraisable: Any) -> None:
-        exc = unraisable.exc_value
-        tb = unraisable.exc_traceback
-        while tb is not None and tb.tb_next is not None:
-            tb = tb.tb_next
-        closed = (
-            isinstance(exc, RuntimeError)
-            and str(exc) == "Event loop is closed"
-            and tb is not None
-            and tb.tb_frame.f_code.co_name == "_check_closed"
-        )
-        if not closed:
-            previous(unraisable)
-
-    hook.pfedwn_closed_loop = True  # type: ignore[attr-defined]
-    return hook
-
-
-if not getattr(sys.unraisablehook, "pfedwn_closed_loop", False):
-    sys.unraisablehook = _drop_closed_loop_callbacks(sys.unraisablehook)
 
 
 def _short(e: BaseException) -> str:

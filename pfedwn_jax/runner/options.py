@@ -8,11 +8,11 @@ builds one from either (or both: the keywords replace the object's fields) and
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pfedwn_jax._checks import check_int
+from pfedwn_jax._checks import check_bool, check_int
 from pfedwn_jax.io import check_writable_dir
 from pfedwn_jax.results.divergence import check_policy
 from pfedwn_jax.runner.checkpoint import check_available
@@ -94,8 +94,14 @@ def checked(opt: Options) -> Options:
             raise ValueError(
                 f"writers must have log(event) and close() (runner.writers); got {w!r}"
             )
+    if opt.callback is not None and not callable(opt.callback):  # before any set-up or compile
+        raise ValueError(
+            f"callback must be a function callback(method, rounds_done, metrics); "
+            f"got {opt.callback!r}"
+        )
     if opt.callback is not None:
         writers = (*writers, CallbackWriter(opt.callback))
+    check_bool("resume", opt.resume), check_bool("overwrite", opt.overwrite)
     if opt.resume and opt.overwrite:
         raise ValueError("resume and overwrite exclude each other; give one of them")
     if opt.checkpoint is not None:
@@ -105,7 +111,7 @@ def checked(opt: Options) -> Options:
         opt,
         block=None if opt.block is None else check_int("block", opt.block, 1),
         records=check_records(opt.records),
-        progress=bool(opt.progress),
+        progress=check_bool("progress", opt.progress),
         on_divergence=check_policy(opt.on_divergence),
         checkpoint_every=check_int("checkpoint_every", opt.checkpoint_every, 1),
         max_runs=None if opt.max_runs is None else check_int("max_runs", opt.max_runs, 1),
@@ -126,6 +132,12 @@ def check_records(records: Any) -> Any:
     """`"all"` or a tuple of record names; a ValueError otherwise."""
     if records == ALL:
         return ALL
-    if isinstance(records, str) or not all(isinstance(k, str) for k in records):
+    if (
+        isinstance(records, str)
+        or not isinstance(records, Sequence)
+        or not all(isinstance(k, str) and k.strip() for k in records)
+    ):
         raise ValueError(f"records must be 'all' or a list of record names; got {records!r}")
+    if len(set(records)) < len(records):
+        raise ValueError(f"records must not repeat a name; got {list(records)!r}")
     return tuple(records)

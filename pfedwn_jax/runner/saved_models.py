@@ -226,7 +226,14 @@ class SavedModels:
         key = (program, method)
         if key not in self._cache:
             where = self.path / f"p{program}_m{self._files[method]}"
-            tree, _ = state_store.restore(where, state_store.saved_tree(where))
+            try:
+                tree, _ = state_store.restore(where, state_store.saved_tree(where))
+            except Exception as e:  # orbax and tensorstore raise what their readers raise
+                text = " ".join(f"{type(e).__name__}: {e}".split())[:200]
+                raise ValueError(
+                    f"saved models {str(self.path)!r}: the {method!r} models in {str(where)!r} "
+                    f"cannot be read (damaged?): {text}"
+                ) from None
             self._cache[key] = tree
         return self._cache[key]
 
@@ -256,8 +263,11 @@ class SavedModels:
 
 def load_models(path: str | Path) -> SavedModels:
     """The models a job saved into `path` (`save_models=path`, `--save-models`): see
-    `SavedModels`. A ValueError names a path that holds no saved models."""
+    `SavedModels`; a run's or sweep's out dir (holding `models/`) is read too. A ValueError
+    names a path that holds no saved models."""
     path = Path(path)
+    if not (path / INDEX).is_file() and (path / "models" / INDEX).is_file():
+        path = path / "models"  # `--out OUT --save-models` writes OUT/models
     index_file = path / INDEX
     if not index_file.is_file():
         hint = " (pfedwn run --save-models writes OUT/models/)" if path.is_dir() else ""

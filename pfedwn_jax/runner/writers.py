@@ -38,7 +38,9 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from pfedwn_jax._checks import split_list
 from pfedwn_jax.distributed import is_writer
+from pfedwn_jax.io import check_writable_file
 
 
 class Logged(NamedTuple):
@@ -156,7 +158,7 @@ class CSVWriter:
     it."""
 
     def __init__(self, path: str | Path, *, append: bool = False) -> None:
-        self.path, self.append = Path(path), bool(append)
+        self.path, self.append = check_writable_file(path, "metrics CSV"), bool(append)
         self._file: Any = None
         self._writer: Any = None
 
@@ -200,7 +202,9 @@ def _optional(module: str, extra: str, what: str) -> Any:
         return importlib.import_module(module)
     except ImportError:
         raise ValueError(
-            f"{what} needs {module}: pip install 'pfedwn-jax[{extra}]' (or pip install {module})"
+            f"{what} needs {module}: pip install 'pfedwn-jax[{extra}]' (in a clone after "
+            f"`make demo`, which installs only the plot extra: .venv/bin/pip install -e "
+            f"'.[{extra}]')"
         ) from None
 
 
@@ -274,6 +278,11 @@ class WandbWriter:
             raise ValueError(f"mode must be 'offline', 'online', 'disabled' or None; got {mode!r}")
         self._wandb = _optional("wandb", "wandb", "WandbWriter")
         self.project, self.dir, self.mode, self.group = project, dir, mode, group
+        settings = getattr(self._wandb, "Settings", None)
+        if "settings" not in init_kwargs and settings is not None:
+            # W&B's own ~30-line run history and summary at `finish` kept out of the job's
+            # output (its files hold them; `settings=` of the caller wins)
+            init_kwargs["settings"] = settings(quiet=True)
         self.init_kwargs = init_kwargs
         self._runs: dict[int, Any] = {}
         self._methods: set[tuple[int, str]] = set()
@@ -327,8 +336,10 @@ KINDS = ("tensorboard", "wandb", "csv")
 def parse_kinds(text: str | Sequence[str]) -> tuple[str, ...]:
     """`"tensorboard,csv"` (or a list) -> `("tensorboard", "csv")`; a ValueError naming an
     unknown kind and the allowed ones."""
-    items = text.split(",") if isinstance(text, str) else list(text)
-    kinds = tuple(dict.fromkeys(k.strip() for k in items if k.strip()))
+    items = split_list("log-to", text) if isinstance(text, str) else list(text)
+    if len(set(items)) < len(items) or not all(isinstance(k, str) and k for k in items):
+        raise ValueError(f"log-to: each writer once, none empty; got {items!r}")
+    kinds = tuple(items)
     for k in kinds:
         if k not in KINDS:
             raise ValueError(f"log-to: unknown writer {k!r}; allowed: {', '.join(KINDS)}")
