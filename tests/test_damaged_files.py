@@ -12,7 +12,7 @@ import pytest
 from helpers import TINY_RUN
 
 import pfedwn_jax
-from pfedwn_jax.experiment import ExperimentConfig, run
+from pfedwn_jax import ExperimentConfig, run
 from pfedwn_jax.io import atomic_write_json, read_npz
 from pfedwn_jax.reproduce import runs as reproduce_runs
 from pfedwn_jax.results.result import Result

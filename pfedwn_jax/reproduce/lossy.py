@@ -8,7 +8,7 @@ independently with probability ``failure`` each round; the study runs pFedWN's w
 keeping pi (``VARIANTS``) over several seeds and reports neighbor 1's weight at the end
 and the target's test accuracy. ``python -m pfedwn_jax.reproduce.lossy OUT.json``.
 
-The rounds are driven as the runner drives them (``experiment.links.begin_round`` /
+The rounds are driven as the runner drives them (``runner.links.begin_round`` /
 ``end_round`` around the algorithm's round), on a small context (4 slots, the MLP).
 """
 
@@ -31,8 +31,9 @@ from pfedwn_jax.data.stacking import stack_clients
 from pfedwn_jax.engine import evaluate
 from pfedwn_jax.experiment import ExperimentConfig
 from pfedwn_jax.experiment.federation import channel_params
-from pfedwn_jax.experiment.links import Links, begin_round, end_round, init_track
+from pfedwn_jax.experiment.link_setup import Links
 from pfedwn_jax.models import get_model
+from pfedwn_jax.runner.links import begin_round, end_round, init_track
 
 #: class -> training samples of each client (slot 0 the target).
 CLIENTS = (
