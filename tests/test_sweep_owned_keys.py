@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from helpers import VARIED_RUN
+from helpers import TINY_RUN, VARIED_RUN
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -271,3 +271,24 @@ def test_saved_models_of_an_owned_key_sweep(tmp_path):
     assert saved.params("local", 0) is not None and saved.params("fedprox", 1) is not None
     with pytest.raises(ValueError, match=r"run 1 did not run 'local'.*\['fedprox'\]"):
         saved.params("local", 1)
+
+
+SIX = ("local", "fedavg", "fedprox", "perfedavg", "pfedwn", "ditto")
+
+
+def test_a_ditto_key_over_six_methods_expands_the_other_five_once_per_seed():
+    """Ditto's lambda over six methods: Ditto at each value, the other five once per seed."""
+    config = ExperimentConfig(**TINY_RUN, algorithms=SIX)
+    specs = expand(config, [0, 1], {"ditto.lam": [0.1, 1.0, 2.0]})
+    runs = {m: sum(m in s.methods for s in specs) for m in SIX}
+    assert runs == {**dict.fromkeys(SIX[:-1], 2), "ditto": 6}
+
+
+@pytest.mark.slow
+def test_a_ditto_sweep_over_six_methods_runs_the_others_once_per_seed():
+    """The same counted from a real sweep's rows (one round)."""
+    config = ExperimentConfig(**{**TINY_RUN, "rounds": 1}, algorithms=SIX)
+    res = sweep(config, seeds=[0, 1], grid={"ditto.lam": [0.1, 1.0]}, progress=False)
+    pairs = {(int(r), str(m)) for r, m in zip(res.rows["run"], res.rows["method"])}
+    runs = {m: sum(1 for _, n in pairs if n == m) for m in SIX}
+    assert runs == {**dict.fromkeys(SIX[:-1], 2), "ditto": 4}
