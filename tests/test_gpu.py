@@ -20,6 +20,7 @@ import pfedwn_jax
 from pfedwn_jax.algorithms import available_algorithms
 from pfedwn_jax.engine import evaluate, init_client_state, local_train
 from pfedwn_jax.wireless import MOMENT_MODES, ChannelParams, error_probability
+from pfedwn_jax.wireless.fading import Fading
 
 pytestmark = pytest.mark.gpu
 
@@ -56,13 +57,17 @@ def test_local_train_and_evaluate_on_the_accelerator_equal_the_cpu(toy_model):
     chex.assert_trees_all_close(got, want, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("moments", MOMENT_MODES)
-def test_error_probability_on_the_accelerator_equals_the_cpu(moments):
+@pytest.mark.parametrize(
+    "moments, fading",
+    [(m, Fading.of()) for m in MOMENT_MODES]
+    + [("paper", Fading.of("nakagami", 2.0)), ("paper", Fading.of("rician", 4.0))],
+)
+def test_error_probability_on_the_accelerator_equals_the_cpu(moments, fading):
     rng = np.random.default_rng(0)
     targets = rng.uniform(0, 50, (8, 2)).astype(np.float32)
     neighbors = rng.uniform(0, 50, (8, 30, 2)).astype(np.float32)
     gamma_th = np.float32(5.0)
-    params = ChannelParams(num_subchannels=10)
+    params = ChannelParams(num_subchannels=10, fading=fading)
 
     def perr(t, nb, g):
         return jax.vmap(lambda ti, nbi: error_probability(ti, nbi, g, params, moments))(t, nb)
