@@ -11,7 +11,7 @@ from helpers import TINY_RUN
 
 import pfedwn_jax
 from pfedwn_jax.algorithms import available_algorithms, get_algorithm, neighbor_lists
-from pfedwn_jax.engine.gossip import metropolis_weights
+from pfedwn_jax.engine.gossip import metropolis_weights, spectral_gap
 from pfedwn_jax.experiment import ExperimentConfig
 from pfedwn_jax.results.metrics import SlotView, slot_metrics
 
@@ -91,3 +91,19 @@ def test_every_method_reports_consensus_and_only_gossip_methods_a_spectral_gap(n
         assert ("spectral_gap" in out) == gossips
         if gossips:
             assert out["spectral_gap"][0] <= 1 + 1e-6
+
+
+@pytest.mark.parametrize("dense_limit", [None, 2])  # the dense SVD and the power iteration
+def test_spectral_gap_leaves_out_padded_slots(dense_limit):
+    """A sweep's padded slots (linked to no one) leave the gap of the real slots as it is."""
+    ring = np.eye(4, dtype=bool) | np.roll(np.eye(4, dtype=bool), 1, axis=1)
+    ring |= ring.T
+    padded = np.eye(6, dtype=bool)
+    padded[:4, :4] = ring
+    gaps = []
+    for adj, active in [(ring, None), (padded, np.arange(6) < 4)]:
+        nbr, mask = neighbor_lists(adj)
+        w = metropolis_weights(nbr, mask)
+        gaps.append(float(spectral_gap(nbr, w, dense_limit=dense_limit, active=active)))
+    np.testing.assert_allclose(gaps[1], gaps[0], atol=1e-4)
+    assert gaps[0] > 0.1

@@ -65,6 +65,7 @@ class SlotView(NamedTuple):
       listed: `[S, K]` bool the round's listed links (before the link draw), or None.
       mixing: `[S, K]` the round's gossip weights along `neighbors` over the delivered links
         (`Algorithm.mixing_weights`), or None: the method does not gossip.
+      active: `[S]` bool the slots that hold data (a sweep's padded slots do not), or None.
     """
 
     params: Any
@@ -75,6 +76,7 @@ class SlotView(NamedTuple):
     neighbors: Any = None
     listed: Any = None
     mixing: Any = None
+    active: Any = None
 
 
 class SlotMetric(NamedTuple):
@@ -109,7 +111,8 @@ def _spectral_gap(v: SlotView) -> Any:
     the delivered links) on every slot; None for a method that declares no weights."""
     if v.mixing is None or v.neighbors is None:
         return None
-    return jnp.broadcast_to(spectral_gap(v.neighbors, v.mixing), (v.num_slots,))
+    gap = spectral_gap(v.neighbors, v.mixing, active=v.active)
+    return jnp.broadcast_to(gap, (v.num_slots,))
 
 
 #: The per-slot metrics every round computes on the device, in order. Adding one is two edits

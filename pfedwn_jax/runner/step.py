@@ -122,7 +122,8 @@ def _metrics(
     on = lambda split: evaluate(ctx.model, params, split, ctx.data_client)
     val_out = None if val is None else on(val)
     lists = (ctx.neighbors, listed_mask(ctx))
-    view = SlotView(params, on(test), val_out, records, ctx.num_slots, *lists, mixing)
+    active = jnp.asarray(ctx.train.count)[jnp.asarray(ctx.data_client)] > 0  # not padding
+    view = SlotView(params, on(test), val_out, records, ctx.num_slots, *lists, mixing, active)
     return slot_metrics(view)
 
 
