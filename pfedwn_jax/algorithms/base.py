@@ -218,6 +218,10 @@ class Algorithm(NamedTuple):
     # `eval_params`' (FedEM sends all its components): it sizes the stale-link cache.
     # None: the round sends models shaped as `eval_params`.
     sent_params: Callable[..., Any] | None = None
+    # (state, ctx, hp) -> [S, K] the round's gossip weights along `ctx.neighbors` over the
+    # links it combined (row- or column-stochastic): the engine reports their spectral gap
+    # (metric `spectral_gap`). None: the method does not gossip (no such metric).
+    mixing_weights: Callable[..., Any] | None = None
 
 
 # The built-in families, in the order docs/algorithms.md lists them.

@@ -22,8 +22,8 @@ time-varying ``eps_t`` is one value here.
 Hyperparameters: ``eps`` the consensus step in [0, 1] (default 0.5: our choice; the paper
 treats it as a design parameter). ``eps = 0`` is Local.
 
-Records: ``train_loss [S]``, ``consensus_distance []``, ``spectral_gap []`` of the round's
-consensus matrix ``(1 - eps) I + eps A`` over the delivered links.
+Records: ``train_loss [S]``; its ``mixing_weights`` are the round's consensus matrix
+``(1 - eps) I + eps A`` over the delivered links (the engine's ``spectral_gap`` metric).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from pfedwn_jax.algorithms.common import (
     init_baseline,
     local_update,
 )
-from pfedwn_jax.algorithms.mixing import gossip, gossip_records
+from pfedwn_jax.algorithms.mixing import gossip
 
 
 @hparams
@@ -78,8 +78,11 @@ def _round(
 
 
 def _records(state: BaselineState, ctx: RoundContext, hp: CFAHParams) -> dict[str, jax.Array]:
-    records = gossip_records(state.clients.params, ctx, consensus_weights(ctx, hp.eps))
-    return {"train_loss": state.train_loss, **records}
+    return {"train_loss": state.train_loss}
+
+
+def _mixing(state: BaselineState, ctx: RoundContext, hp: CFAHParams) -> jax.Array:
+    return consensus_weights(ctx, hp.eps)
 
 
 CFA = register(
@@ -90,6 +93,7 @@ CFA = register(
         round=_round,
         eval_params=eval_own,
         records=_records,
+        mixing_weights=_mixing,
         description="CFA: consensus step on the neighbors' models, then local training",
         family="decentralized",
         default=False,

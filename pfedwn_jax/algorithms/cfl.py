@@ -26,8 +26,7 @@ paper's model cache and its per-cluster learning-rate details are not built.
 
 Hyperparameters (the authors' code defaults): ``eps1 = 0.4``, ``eps2 = 1.6``,
 ``warmup = 20`` rounds before the first split. Records: ``train_loss [S]``, ``cluster [S]``
-(each cluster labelled by its smallest slot), ``consensus_distance []`` within the listed
-graph's components.
+(each cluster labelled by its smallest slot).
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ import jax.numpy as jnp
 from pfedwn_jax._checks import check_float, check_int, set_fields
 from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register
 from pfedwn_jax.algorithms.common import group_average_weights, init_clients, local_update
-from pfedwn_jax.algorithms.mixing import consensus_record, fresh_mask, gossip
+from pfedwn_jax.algorithms.mixing import fresh_mask, gossip
 from pfedwn_jax.engine import ClientState, flatten_slots
 
 #: Most slots whose clusters CFL splits (the dense similarities and an O(S^3) clustering).
@@ -158,7 +157,6 @@ def _records(state: CFLState, ctx: RoundContext, hp: CFLHParams) -> dict[str, ja
     return {
         "train_loss": state.train_loss,
         "cluster": state.cluster,
-        "consensus_distance": consensus_record(state.clients.params, ctx),
     }
 
 

@@ -24,7 +24,7 @@ a ``q`` for good would hold a copy that never catches up. With ``stale`` links a
 link's last delivered copy of ``xhat_j`` is used.
 
 Records: ``train_loss [S]``, ``bits [S]`` (what each node sent this round, from the operator),
-``consensus_distance []``, ``spectral_gap []`` (of ``W``).
+and its ``W`` as ``mixing_weights`` (the engine's ``spectral_gap`` metric).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import jax.numpy as jnp
 from pfedwn_jax._checks import check_choice, check_float, check_int, set_fields
 from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register, static
 from pfedwn_jax.algorithms.common import init_clients, local_update
-from pfedwn_jax.algorithms.mixing import gossip, gossip_records, mh_weights
+from pfedwn_jax.algorithms.mixing import gossip, mh_weights
 from pfedwn_jax.engine import ClientState
 from pfedwn_jax.engine.compression import Compressor, Identity, Quantize, TopK
 
@@ -124,8 +124,7 @@ def _eval(state: ChocoState, ctx: RoundContext, hp: ChocoHParams) -> Any:
 
 
 def _records(state: ChocoState, ctx: RoundContext, hp: ChocoHParams) -> dict[str, jax.Array]:
-    records = gossip_records(state.clients.params, ctx, mh_weights(ctx))
-    return {"train_loss": state.train_loss, "bits": state.bits, **records}
+    return {"train_loss": state.train_loss, "bits": state.bits}
 
 
 CHOCO = register(
@@ -136,6 +135,7 @@ CHOCO = register(
         round=_round,
         eval_params=_eval,
         records=_records,
+        mixing_weights=lambda state, ctx, hp: mh_weights(ctx),
         description="CHOCO-SGD: gossip of compressed differences with public copies",
         family="decentralized",
         default=False,

@@ -32,7 +32,7 @@ import optax
 from pfedwn_jax._checks import check_float, set_fields
 from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register
 from pfedwn_jax.algorithms.common import BaselineState, eval_own, init_baseline, local_update
-from pfedwn_jax.algorithms.dpsgd import gossip_baseline_records
+from pfedwn_jax.algorithms.dpsgd import gossip_baseline_records, mh_mixing
 from pfedwn_jax.algorithms.mixing import gossip, mh_weights
 from pfedwn_jax.engine import ClientState
 
@@ -74,6 +74,7 @@ DFEDAVGM = register(
         round=_round,
         eval_params=eval_own,
         records=gossip_baseline_records,
+        mixing_weights=mh_mixing,
         description="DFedAvgM: local heavy-ball SGD, then a Metropolis-Hastings gossip average",
         family="decentralized",
         default=False,

@@ -27,7 +27,7 @@ the paper's sparsity 0.5). Static (it draws the masks at ``init``). With ``densi
 every coordinate is averaged over the whole neighborhood, then trained (CFA's rule with
 unweighted averaging).
 
-Records: ``train_loss [S]``, ``consensus_distance []``.
+Records: ``train_loss [S]`` (the consensus distance is a metric of every method).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import jax.numpy as jnp
 from pfedwn_jax._checks import check_float, set_fields
 from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register, static
 from pfedwn_jax.algorithms.common import init_clients, local_update
-from pfedwn_jax.algorithms.mixing import consensus_record, gossip
+from pfedwn_jax.algorithms.mixing import gossip
 from pfedwn_jax.engine import ClientState, default_loss, mix_sparse
 
 #: Salt of the mask draw, folded into the init key.
@@ -129,10 +129,7 @@ def _eval(state: DisPFLState, ctx: RoundContext, hp: DisPFLHParams) -> Any:
 
 
 def _records(state: DisPFLState, ctx: RoundContext, hp: DisPFLHParams) -> dict[str, jax.Array]:
-    return {
-        "train_loss": state.train_loss,
-        "consensus_distance": consensus_record(state.clients.params, ctx),
-    }
+    return {"train_loss": state.train_loss}
 
 
 DISPFL = register(

@@ -22,9 +22,8 @@ every other method here and D-PSGD on a complete graph with uniform weights is F
 equal weights. On a directed selected graph the renormalised rows are row-stochastic only
 (the paper assumes a symmetric doubly stochastic ``W``). The optimizer state stays local.
 
-Records: ``train_loss [S]``, ``consensus_distance []`` (mean squared distance from the mean
-model of each connected component of the listed graph) and ``spectral_gap []`` of the round's
-``W`` over the delivered links.
+Records: ``train_loss [S]``. Its mixing weights ``W`` over the delivered links are declared
+(``mixing_weights``): the engine reports their ``spectral_gap`` per round.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ import jax
 
 from pfedwn_jax.algorithms.base import Algorithm, NoHParams, RoundContext, register
 from pfedwn_jax.algorithms.common import BaselineState, eval_own, init_baseline, local_update
-from pfedwn_jax.algorithms.mixing import gossip, gossip_records, mh_weights
+from pfedwn_jax.algorithms.mixing import gossip, mh_weights
 
 
 def gossip_after_training(
@@ -55,9 +54,13 @@ def _round(
 
 
 def gossip_baseline_records(state: Any, ctx: RoundContext, hp: Any) -> dict[str, jax.Array]:
-    """``train_loss [S]`` and the MH gossip diagnostics of the models the slots hold."""
-    records = gossip_records(state.clients.params, ctx, mh_weights(ctx))
-    return {"train_loss": state.train_loss, **records}
+    """``train_loss [S]``."""
+    return {"train_loss": state.train_loss}
+
+
+def mh_mixing(state: Any, ctx: RoundContext, hp: Any) -> jax.Array:
+    """``[S, K]`` the round's Metropolis-Hastings weights (``Algorithm.mixing_weights``)."""
+    return mh_weights(ctx)
 
 
 DPSGD = register(
@@ -68,6 +71,7 @@ DPSGD = register(
         round=_round,
         eval_params=eval_own,
         records=gossip_baseline_records,
+        mixing_weights=mh_mixing,
         description="D-PSGD: local SGD, then a Metropolis-Hastings gossip average",
         family="decentralized",
         default=False,

@@ -25,8 +25,7 @@ are not made.
 Hyperparameters: ``clusters`` k (static; default 2, our choice: the paper sets k to the
 number of underlying distributions, 2 to 4 in its experiments).
 
-Records: ``train_loss [S]``, ``cluster [S]`` int32 the cluster each node joined,
-``consensus_distance []`` of the evaluated models.
+Records: ``train_loss [S]``, ``cluster [S]`` int32 the cluster each node joined.
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ import jax.numpy as jnp
 from pfedwn_jax._checks import check_int, set_fields
 from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register, static
 from pfedwn_jax.algorithms.common import group_average_weights, init_clients, local_update
-from pfedwn_jax.algorithms.mixing import consensus_record, fresh_mask, gossip
+from pfedwn_jax.algorithms.mixing import fresh_mask, gossip
 from pfedwn_jax.engine import ClientState, broadcast_slots, evaluate, where_slots
 
 
@@ -123,7 +122,6 @@ def _records(state: IFCAState, ctx: RoundContext, hp: IFCAHParams) -> dict[str, 
     return {
         "train_loss": state.train_loss,
         "cluster": state.cluster,
-        "consensus_distance": consensus_record(state.clients.params, ctx),
     }
 
 

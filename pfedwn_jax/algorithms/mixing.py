@@ -17,12 +17,7 @@ import jax.numpy as jnp
 from pfedwn_jax.algorithms.base import RoundContext
 from pfedwn_jax.algorithms.common import neighbor_models
 from pfedwn_jax.engine import mix_sparse
-from pfedwn_jax.engine.gossip import (
-    component_labels,
-    consensus_distance,
-    metropolis_weights,
-    spectral_gap,
-)
+from pfedwn_jax.engine.gossip import metropolis_weights
 
 
 def listed_mask(ctx: RoundContext) -> jax.Array:
@@ -55,20 +50,3 @@ def gossip(params: Any, ctx: RoundContext, weights: jax.Array) -> Any:
     are the models the slots send this round."""
     pool, index = neighbor_models(params, ctx)
     return mix_sparse(pool, index, weights, shards=ctx.shards)
-
-
-def consensus_record(params: Any, ctx: RoundContext) -> jax.Array:
-    """``[]`` float32 mean squared distance of the slots' models from the mean model of
-    their connected component of the listed graph (``engine.gossip``)."""
-    labels = component_labels(ctx.neighbors, listed_mask(ctx))
-    return consensus_distance(params, labels)
-
-
-def gossip_records(params: Any, ctx: RoundContext, weights: jax.Array) -> dict[str, jax.Array]:
-    """The per-round diagnostics of a gossip method: ``consensus_distance []`` of
-    ``params [S, ...]`` and ``spectral_gap []`` of the round's weights ``[S, K]`` along
-    ``ctx.neighbors``."""
-    return {
-        "consensus_distance": consensus_record(params, ctx),
-        "spectral_gap": spectral_gap(ctx.neighbors, weights),
-    }

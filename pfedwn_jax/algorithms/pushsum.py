@@ -26,9 +26,9 @@ al.'s one; no overlap (tau-delayed messages) and a fixed listed graph instead of
 time-varying exponential graph. On a regular symmetric graph ``p_j = 1 / (1 + d)`` equals
 the Metropolis-Hastings weights, so push-sum then matches D-PSGD exactly.
 
-Records: ``train_loss [S]``, ``push_weight [S]`` (after the rescaling), ``consensus_distance
-[]`` of the models ``z``, ``spectral_gap []`` of the round's column-stochastic matrix over
-the delivered links (``engine.gossip.spectral_gap``: the same norm as for its transpose).
+Records: ``train_loss [S]``, ``push_weight [S]`` (after the rescaling). Its
+``mixing_weights`` are the round's column-stochastic shares over the delivered links (the
+engine's ``spectral_gap`` metric: the same norm as for the transpose).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import jax.numpy as jnp
 
 from pfedwn_jax.algorithms.base import Algorithm, NoHParams, RoundContext, register
 from pfedwn_jax.algorithms.common import init_clients, local_update
-from pfedwn_jax.algorithms.mixing import fresh_mask, gossip, gossip_records, listed_mask
+from pfedwn_jax.algorithms.mixing import fresh_mask, gossip, listed_mask
 from pfedwn_jax.engine import ClientState
 
 
@@ -83,8 +83,11 @@ def _eval(state: PushSumState, ctx: RoundContext, hp: Any) -> Any:
 
 
 def _records(state: PushSumState, ctx: RoundContext, hp: Any) -> dict[str, jax.Array]:
-    records = gossip_records(state.clients.params, ctx, push_shares(ctx))
-    return {"train_loss": state.train_loss, "push_weight": state.weight, **records}
+    return {"train_loss": state.train_loss, "push_weight": state.weight}
+
+
+def _mixing(state: PushSumState, ctx: RoundContext, hp: Any) -> jax.Array:
+    return push_shares(ctx)
 
 
 PUSHSUM = register(
@@ -95,6 +98,7 @@ PUSHSUM = register(
         round=_round,
         eval_params=_eval,
         records=_records,
+        mixing_weights=_mixing,
         description="stochastic gradient push: push-sum gossip on the directed selected graph",
         family="decentralized",
         default=False,

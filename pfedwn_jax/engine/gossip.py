@@ -163,7 +163,7 @@ def mixing_matrix(neighbors: Any, weights: Any, num_slots: int | None = None) ->
 
 
 def consensus_contraction(
-    neighbors: Any, weights: Any, *, dense_limit: int | None = None
+    neighbors: Any, weights: Any, *, dense_limit: int | None = None, active: Any = None
 ) -> jax.Array:
     """``[]`` float32 ``||(I - J) W (I - J)||_2`` of the round's ``W`` (``mixing_matrix``).
 
@@ -174,22 +174,24 @@ def consensus_contraction(
     ``DENSE_LIMIT``) from the dense matrix's singular values; above, ``POWER_ITERATIONS``
     steps of power iteration on ``A^T A`` with the sparse operator (O(S K) each, from a
     fixed start): a lower bound that converges slowly when the top singular values are close.
+    ``active [S]`` bool (default all): the slots the norm is over (``J`` their average, the
+    others zeroed): a sweep's padded slots, linked to no one, are left out.
     """
     nbr = jnp.asarray(neighbors, jnp.int32)
     w = jnp.asarray(weights, jnp.float32)
     s = nbr.shape[0]
+    on = jnp.ones((s,), jnp.float32) if active is None else jnp.asarray(active, jnp.float32)
+    centre = lambda x: on * (x - (on * x).sum() / on.sum())  # (I - J) on the active slots
     limit = DENSE_LIMIT if dense_limit is None else dense_limit
     if s <= limit:
-        m = mixing_matrix(nbr, w)
-        centred = m - m.mean(axis=0, keepdims=True)
-        centred = centred - centred.mean(axis=1, keepdims=True)
-        return jnp.linalg.svd(centred, compute_uv=False)[0]
-    return _power_norm(nbr, w)
+        proj = jax.vmap(centre)(jnp.eye(s, dtype=jnp.float32))  # symmetric
+        m = proj @ mixing_matrix(nbr, w) @ proj
+        return jnp.linalg.svd(m, compute_uv=False)[0]
+    return _power_norm(nbr, w, centre)
 
 
-def _power_norm(nbr: jax.Array, w: jax.Array) -> jax.Array:
+def _power_norm(nbr: jax.Array, w: jax.Array, centre: Any) -> jax.Array:
     s = nbr.shape[0]
-    centre = lambda x: x - x.mean()
     apply = lambda x: centre((w * centre(x)[nbr]).sum(axis=1))  # (I-J) W (I-J) x
     apply_t = lambda y: centre(jnp.zeros((s,), jnp.float32).at[nbr].add(w * centre(y)[:, None]))
 
@@ -202,7 +204,9 @@ def _power_norm(nbr: jax.Array, w: jax.Array) -> jax.Array:
     return jnp.linalg.norm(apply(x))
 
 
-def spectral_gap(neighbors: Any, weights: Any, *, dense_limit: int | None = None) -> jax.Array:
-    """``[]`` float32 ``1 - consensus_contraction(neighbors, weights)``: 0 when the round
-    cannot bring the nodes together (a disconnected graph), 1 for exact averaging."""
-    return 1.0 - consensus_contraction(neighbors, weights, dense_limit=dense_limit)
+def spectral_gap(
+    neighbors: Any, weights: Any, *, dense_limit: int | None = None, active: Any = None
+) -> jax.Array:
+    """``[]`` float32 ``1 - consensus_contraction(neighbors, weights, active=active)``: 0 when
+    the round cannot bring the nodes together (a disconnected graph), 1 for exact averaging."""
+    return 1.0 - consensus_contraction(neighbors, weights, dense_limit=dense_limit, active=active)

@@ -25,8 +25,10 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
+import jax.numpy as jnp
 import numpy as np
 
+from pfedwn_jax.engine.gossip import component_labels, consensus_deviation, spectral_gap
 from pfedwn_jax.results.divergence import TRAIN_LOSS, slot_finite
 
 
@@ -59,6 +61,11 @@ class SlotView(NamedTuple):
       val: the same on the validation split, or None (no validation split).
       records: the round's records (the algorithm's and the links').
       num_slots: `S`.
+      neighbors: `[S, K]` int32 the round's neighbor lists (`RoundContext.neighbors`), or None.
+      listed: `[S, K]` bool the round's listed links (before the link draw), or None.
+      mixing: `[S, K]` the round's gossip weights along `neighbors` over the delivered links
+        (`Algorithm.mixing_weights`), or None: the method does not gossip.
+      active: `[S]` bool the slots that hold data (a sweep's padded slots do not), or None.
     """
 
     params: Any
@@ -66,6 +73,10 @@ class SlotView(NamedTuple):
     val: Mapping[str, Any] | None
     records: Mapping[str, Any]
     num_slots: int
+    neighbors: Any = None
+    listed: Any = None
+    mixing: Any = None
+    active: Any = None
 
 
 class SlotMetric(NamedTuple):
@@ -87,6 +98,23 @@ def _finite(v: SlotView) -> Any:
     return slot_finite(v.params, losses)
 
 
+def _consensus(v: SlotView) -> Any:
+    """`[S]` squared distance of each slot's evaluated model from the mean model of its
+    connected component of the round's listed graph (one component without lists):
+    O(S K) per label sweep plus O(S P)."""
+    labels = None if v.neighbors is None else component_labels(v.neighbors, v.listed)
+    return consensus_deviation(v.params, labels)
+
+
+def _spectral_gap(v: SlotView) -> Any:
+    """`[S]` the round's spectral gap (`engine.gossip.spectral_gap` of the gossip weights over
+    the delivered links) on every slot; None for a method that declares no weights."""
+    if v.mixing is None or v.neighbors is None:
+        return None
+    gap = spectral_gap(v.neighbors, v.mixing, active=v.active)
+    return jnp.broadcast_to(gap, (v.num_slots,))
+
+
 #: The per-slot metrics every round computes on the device, in order. Adding one is two edits
 #: here: its function and its entry (see docs/engine.md).
 SLOT_METRICS: dict[str, SlotMetric] = {
@@ -96,6 +124,8 @@ SLOT_METRICS: dict[str, SlotMetric] = {
     "val_accuracy": SlotMetric(
         lambda v: None if v.val is None else v.val["accuracy"], "client_val_accuracy"
     ),
+    "consensus_deviation": SlotMetric(_consensus, None, "consensus_distance"),
+    "mixing_gap": SlotMetric(_spectral_gap, None, "spectral_gap"),
 }
 
 

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from pfedwn_jax.algorithms import Algorithm, RoundContext
+from pfedwn_jax.algorithms.mixing import listed_mask
 from pfedwn_jax.data import ClientData
 from pfedwn_jax.engine import constrain_slots, evaluate
 from pfedwn_jax.results.metrics import SlotView, slot_metrics
@@ -84,7 +85,8 @@ def round_step(
     params = alg.eval_params(state.alg, round_ctx, hp)
     records = alg.records(state.alg, round_ctx, hp) if alg.records is not None else {}
     records = {**records, **link_records}
-    return state, RoundOut(_metrics(round_ctx, params, evals, records), records)
+    mixing = None if alg.mixing_weights is None else alg.mixing_weights(state.alg, round_ctx, hp)
+    return state, RoundOut(_metrics(round_ctx, params, evals, records, mixing), records)
 
 
 def _draw_links(ctx: RoundContext, track: Any, key: jax.Array) -> tuple[RoundContext, dict, Any]:
@@ -107,13 +109,21 @@ def _checked_round(alg: Algorithm, out: Any) -> tuple[Any, Any]:
 
 
 def _metrics(
-    ctx: RoundContext, params: Any, evals: tuple[ClientData, Any], records: dict[str, jax.Array]
+    ctx: RoundContext,
+    params: Any,
+    evals: tuple[ClientData, Any],
+    records: dict[str, jax.Array],
+    mixing: Any = None,
 ) -> dict[str, jax.Array]:
     """Every per-slot device metric (`results.metrics.SLOT_METRICS`: test accuracy and loss,
-    divergence flags, with `val` the validation accuracy, ...), `[S]` each."""
+    divergence flags, with `val` the validation accuracy, consensus deviation, with `mixing`
+    (the round's gossip weights) the spectral gap, ...), `[S]` each."""
     test, val = evals
     on = lambda split: evaluate(ctx.model, params, split, ctx.data_client)
-    view = SlotView(params, on(test), None if val is None else on(val), records, ctx.num_slots)
+    val_out = None if val is None else on(val)
+    lists = (ctx.neighbors, listed_mask(ctx))
+    active = jnp.asarray(ctx.train.count)[jnp.asarray(ctx.data_client)] > 0  # not padding
+    view = SlotView(params, on(test), val_out, records, ctx.num_slots, *lists, mixing, active)
     return slot_metrics(view)
 
 
