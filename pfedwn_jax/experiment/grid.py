@@ -78,6 +78,15 @@ GRID_FIELDS = (
     "speed",
     "round_seconds",
     "reselect_every",
+    "cost",
+    "rate_model",
+    "reception",
+    "rate_efficiency",
+    "retries",
+    "header_bits",
+    "deadline_s",
+    "bits_per_param",
+    "device_distribution",
 )
 
 # Most runs (and seeds) one sweep may describe: every run's config is validated on the host.

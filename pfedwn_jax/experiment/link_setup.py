@@ -138,8 +138,9 @@ def slot_perr(fed: Federation, config: ExperimentConfig) -> np.ndarray:
 
 
 def build_links(fed: Federation, config: ExperimentConfig) -> Links | None:
-    """The `Links` of a federation (None for `link_model="ideal"` without mobility)."""
-    if config.link_model == "ideal" and config.mobility == "none":
+    """The `Links` of a federation (None for `link_model="ideal"` without mobility or cost;
+    the cost set-up, `Links.cost`, is attached by the caller)."""
+    if config.link_model == "ideal" and config.mobility == "none" and not config.cost:
         return None
     if fed.neighbor_lists is not None:  # a large network: its lists and their P_err
         assert fed.neighbor_mask is not None and fed.neighbor_perr is not None  # set together

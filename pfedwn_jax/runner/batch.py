@@ -60,6 +60,7 @@ def program_key(exp: Experiment) -> tuple:
         c.fading if c.link_model == "physical" or c.mobility != "none" else (),
         c.stale,
         (c.mobility, c.reselect_every, c.moments) if c.mobility != "none" else (),
+        (c.rate_model, c.reception) if c.cost else None,
     )
 
 
@@ -184,12 +185,22 @@ def _same(a: Any, b: Any) -> bool:
 
 def pad_links(links: Any, slots: int, k: int) -> Any:
     """`Links` padded to `[slots, k]` like the neighbor lists (`pad_lists`): padded links have
-    P_err 0 (they are masked there); padded slots sit at the origin and do not transmit."""
+    P_err 0 (they are masked there); padded slots sit at the origin and do not transmit (nor
+    train: their compute time and power are 0 in the cost set-up)."""
+    cost = links.cost
+    if cost is not None:
+        slot = {f: _pad_axis(np.asarray(getattr(cost, f)), 0, slots, 0.0) for f in _COST_SLOTS}
+        cost = cost.replace(**slot)
     return links.replace(
         perr=_pad_axis(_pad_axis(np.asarray(links.perr), 1, k, 0.0), 0, slots, 0.0),
         positions=_pad_axis(np.asarray(links.positions), 0, slots, 0.0),
         active=_pad_axis(np.asarray(links.active), 0, slots, False),
+        cost=cost,
     )
+
+
+#: The per-slot `[S]` fields of `wireless.cost.CostSetup`.
+_COST_SLOTS = ("compute_s", "compute_w")
 
 
 def stack_runs(trees: Sequence[Any], *, pad_ragged: bool = True) -> tuple[Any, Any]:
