@@ -63,14 +63,19 @@ def test_cost_off_leaves_no_cost_outputs():
     assert "time_to_90" not in result.summary()["local"]
 
 
-def test_a_sweep_over_threshold_and_deadline_is_one_program_equal_to_its_runs():
+def test_a_sweep_over_threshold_power_and_deadline_is_one_program_equal_to_its_runs():
     config = _config()
-    grid = {"gamma_th": [5.0, 3.0], "deadline_s": [math.inf, 0.004], "retries": [1, 0]}
+    grid = {
+        "gamma_th": [5.0, 3.0],
+        "channel.tx_power_w": [0.2, 0.5],
+        "deadline_s": [math.inf, 0.004],
+        "retries": [1, 0],
+    }
     result = sweep(config, seeds="0-1", grid=grid, zip=True, progress=False)
     assert result.meta["programs"] == 1 and result.num_runs == 4
     text = result.to_csv()
     header = next(csv.reader(io.StringIO(text)))
-    assert set(COST_KEYS) <= set(header)
+    assert set(COST_KEYS) <= set(header) and "channel.tx_power_w" in header
     for spec in expand(config, "0-1", grid, zip=True):
         own = pfedwn_jax.run(run_config(config, spec), progress=False).methods["pfedwn"]
         sel = result.rows["run"] == spec.index

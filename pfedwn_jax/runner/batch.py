@@ -34,6 +34,7 @@ import numpy as np
 
 from pfedwn_jax.algorithms import RoundContext
 from pfedwn_jax.data import ClientData
+from pfedwn_jax.experiment.link_setup import RADIO
 from pfedwn_jax.experiment.setup import Experiment
 
 
@@ -56,12 +57,17 @@ def program_key(exp: Experiment) -> tuple:
         bool(c.momentum),
         c.link_model,
         c.link_failure is None,
-        tuple(sorted(c.channel.items())) if c.link_model == "physical" else (),
+        _static_channel(c) if c.link_model == "physical" else (),
         c.fading if c.link_model == "physical" or c.mobility != "none" else (),
         c.stale,
         (c.mobility, c.reselect_every, c.moments) if c.mobility != "none" else (),
         (c.rate_model, c.reception) if c.cost else None,
     )
+
+
+def _static_channel(c: Any) -> tuple:
+    """The channel overrides that are static in a program (all but `Links.radio`'s)."""
+    return tuple(sorted((k, v) for k, v in c.channel.items() if k not in RADIO))
 
 
 def _pad_axis(a: np.ndarray, axis: int, size: int, value: Any = 0) -> np.ndarray:
