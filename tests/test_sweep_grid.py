@@ -13,6 +13,7 @@ from pfedwn_jax._checks import SEED_MAX
 from pfedwn_jax.algorithms import default_algorithms, get_algorithm
 from pfedwn_jax.experiment import ExperimentConfig
 from pfedwn_jax.experiment.grid import (
+    CHANNEL_GRID_KEYS,
     GRID_FIELDS,
     MAX_RUNS,
     RunSpec,
@@ -83,14 +84,14 @@ def test_grid_keys_are_fields_then_every_hparam_of_the_methods_run():
         for m in BASE.algorithms
         for f in dataclasses.fields(get_algorithm(m).hparams)
     ]
-    assert keys == GRID_FIELDS + tuple(hp)
+    assert keys == GRID_FIELDS + CHANNEL_GRID_KEYS + tuple(hp)
     assert "fedprox.mu" in keys and "pfedwn.a" in keys and "perfedavg.alpha" not in keys
     for excluded in ("seed", "algorithms", "hparams", "rounds", "dataset", "model", "channel"):
         assert excluded not in keys
     # every swept field is a real config field; an empty `algorithms` means every method
     assert set(GRID_FIELDS) <= set(ExperimentConfig.field_names())
     every = grid_keys(ExperimentConfig())
-    assert {k.split(".")[0] for k in every if "." in k} == {
+    assert {k.split(".")[0] for k in every if "." in k} - {"channel"} == {
         m for m in default_algorithms() if dataclasses.fields(get_algorithm(m).hparams)
     }
 

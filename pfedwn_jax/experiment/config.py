@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import math
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -34,6 +35,7 @@ from pfedwn_jax.algorithms import (
 )
 from pfedwn_jax.data.federate import POOLS
 from pfedwn_jax.data.partition import ALL_SCHEMES
+from pfedwn_jax.experiment.cost_config import check_cost
 from pfedwn_jax.models import available_models
 from pfedwn_jax.wireless import (
     FADING_KINDS,
@@ -160,6 +162,24 @@ class ExperimentConfig:
       round_seconds: seconds of movement per round (> 0).
       reselect_every: re-select neighbors (`P_err < eps` at the current positions, at most
         the initial list width) every this many rounds; 0: never.
+
+    Cost of a round (docs/wireless.md "The cost of a round"; off by default):
+      cost: count every round's bits, airtime, energy and simulated clock (the outputs
+        `bits_sent`, `airtime_s`, `energy_j`, `clock_s`); ARQ retries and the deadline then
+        decide which models arrive. Works with every `link_model` ("ideal" included).
+      rate_model: "threshold" (each link at the Shannon rate of `gamma_th` on its sub-channel).
+      reception: "parallel" (every link on its own sub-channel) or "serial" (a receiver takes
+        its links one at a time).
+      rate_efficiency: fraction of the Shannon rate achieved, in (0, 1].
+      retries: ARQ retries per link and round (0: one attempt).
+      header_bits: bits added to every model sent (per attempt).
+      deadline_s: simulated seconds after which a round's late models are dropped (inf, the
+        default: no deadline; `to_dict` writes it None, which reads back as inf).
+      bits_per_param: bits of each model parameter sent (32: float32).
+      device_distribution: "fixed" (every node the first of `device_profiles`), "mix" (each
+        node one of them, uniformly) or "lognormal" (the first, its FLOP/s log-normal),
+        drawn from the topology seed (`wireless.compute.draw_devices`).
+      device_profiles: device names of `wireless.compute.DEVICE_PROFILES`.
     """
 
     dataset: str | None = None
@@ -208,6 +228,16 @@ class ExperimentConfig:
     reselect_every: int = 0
     record_every: int = 1
     record_dtype: str = "float32"
+    cost: bool = False
+    rate_model: str = "threshold"
+    reception: str = "parallel"
+    rate_efficiency: float = 1.0
+    retries: int = 0
+    header_bits: float = 0.0
+    deadline_s: float = math.inf
+    bits_per_param: int = 32
+    device_distribution: str = "fixed"
+    device_profiles: tuple[str, ...] = ("smartphone",)
 
     def __post_init__(self) -> None:
         # store what was checked, normalised (2.0 -> 2, tuples, plain dicts), so equal configs
@@ -226,6 +256,7 @@ class ExperimentConfig:
         out.update(_check_training(self))
         out.update(_check_network(self))
         out.update(_check_records(self))
+        out.update(check_cost(self))
         _note_eps_ceiling(out["eps"], out["moments"], out, out["selection"])
         return out
 
@@ -250,9 +281,11 @@ class ExperimentConfig:
 
     # ------------------------------------------------------------------ (de)serialisation
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-friendly dict (tuples as lists)."""
+        """Plain JSON-friendly dict (tuples as lists, no infinities)."""
         out = dataclasses.asdict(self)
         out["algorithms"] = list(self.algorithms)
+        out["device_profiles"] = list(self.device_profiles)
+        out["deadline_s"] = None if math.isinf(self.deadline_s) else self.deadline_s  # JSON
         return out
 
     @classmethod

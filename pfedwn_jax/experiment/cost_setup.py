@@ -7,10 +7,12 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from pfedwn_jax.engine.compression import Identity
+from pfedwn_jax.experiment.cost_config import cost_params
 from pfedwn_jax.models import Model
-from pfedwn_jax.wireless.compute import Devices, train_flops_per_sample
+from pfedwn_jax.wireless.compute import Devices, draw_devices, train_flops_per_sample
 from pfedwn_jax.wireless.cost import CostParams, CostSetup, make_cost_setup
 
 #: The batch whose gradient XLA counts (per-sample FLOPs = its count / this).
@@ -42,3 +44,22 @@ def build_cost_setup(
     ``devices`` and the ``samples [S]`` it trains on for ``epochs`` epochs a round."""
     flops, bits = model_costs(model, compressor)
     return make_cost_setup(params, bits, devices, flops, samples, epochs)
+
+
+def config_cost_setup(config: Any, model: Model, samples: Any, batch_size: int) -> CostSetup:
+    """The `CostSetup` of config ``config`` (`ExperimentConfig` with ``cost`` on): its
+    `CostParams`, ``bits_per_param`` bits a parameter, each of the ``samples [S]`` slots'
+    device drawn from the topology seed, trained for ``local_epochs`` epochs (or
+    ``local_steps`` steps of ``batch_size``: that many samples, once)."""
+    samples = np.asarray(samples, np.float64)
+    devices = draw_devices(
+        config.topology_seed,
+        len(samples),
+        config.device_distribution,
+        config.device_profiles,
+    )
+    epochs = config.local_epochs
+    if config.local_steps is not None:
+        samples, epochs = np.full_like(samples, config.local_steps * batch_size), 1
+    compressor = Identity(value_bits=config.bits_per_param)
+    return build_cost_setup(model, cost_params(config), devices, samples, epochs, compressor)

@@ -46,7 +46,7 @@ from pfedwn_jax.experiment.config import ExperimentConfig
 # `seeds` argument), `algorithms` and `hparams` (the methods run; their hyperparameters are
 # swept as "<method>.<field>"), `rounds` (the runs of a sweep share one round axis), and what
 # defines the experiment itself rather than a setting of it: `dataset`, `data_dir`, `model`,
-# `mode`, `num_neighbors`, `channel`.
+# `mode`, `num_neighbors`, `channel` (but for `CHANNEL_GRID_KEYS`).
 GRID_FIELDS = (
     "lr",
     "momentum",
@@ -78,7 +78,20 @@ GRID_FIELDS = (
     "speed",
     "round_seconds",
     "reselect_every",
+    "cost",
+    "rate_model",
+    "reception",
+    "rate_efficiency",
+    "retries",
+    "header_bits",
+    "deadline_s",
+    "bits_per_param",
+    "device_distribution",
 )
+
+# The channel's numbers a grid may sweep, as "channel.<field>" (merged into the config's
+# `channel` overrides): the transmit power and bandwidth are leaves of a run's program.
+CHANNEL_GRID_KEYS = ("channel.tx_power_w", "channel.bandwidth_hz")
 
 # Most runs (and seeds) one sweep may describe: every run's config is validated on the host.
 MAX_RUNS = 100_000
@@ -157,14 +170,14 @@ def grid_keys(config: ExperimentConfig) -> tuple[str, ...]:
         for m in config.method_names
         for f in dataclasses.fields(get_algorithm(m).hparams)
     )
-    return GRID_FIELDS + methods
+    return GRID_FIELDS + CHANNEL_GRID_KEYS + methods
 
 
 def key_method(key: str) -> str | None:
     """The method grid key `key` belongs to (`"pfedwn.a"` -> `"pfedwn"`), or None for a
-    config field, which concerns every method."""
+    config field or a `"channel.<field>"`, which concern every method."""
     method, dot, _ = key.partition(".")
-    return method if dot else None
+    return method if dot and method != "channel" else None
 
 
 def concerns(key: str, method: str) -> bool:
@@ -201,6 +214,8 @@ def run_config(config: ExperimentConfig, spec: RunSpec) -> ExperimentConfig:
         method, dot, name = key.partition(".")
         if not dot:
             fields[key] = value
+        elif method == "channel":
+            fields["channel"] = {**fields.get("channel", config.channel), name: value}
         elif method in methods:
             hparams.setdefault(method, {})[name] = value
     if hparams != config.hparams:
@@ -213,6 +228,8 @@ def run_config(config: ExperimentConfig, spec: RunSpec) -> ExperimentConfig:
 def _stored(config: ExperimentConfig, key: str) -> Any:
     """The value of grid key `key` as `config` holds it (normalised by its validation)."""
     method, dot, name = key.partition(".")
+    if method == "channel":
+        return config.channel[name]
     return getattr(config.hparams_for(method), name) if dot else getattr(config, key)
 
 

@@ -94,6 +94,8 @@ class Links(flax.struct.PyTreeNode):
         all in `params`); see `channel`.
       model: "ideal" (only with mobility), "bernoulli" or "physical". Static.
       stale: keep the last received model per link (`LinkTrack.cache`). Static.
+      radio: `{"tx_power_w", "bandwidth_hz"}` `[]` float32 leaves of the run's channel (runs
+        that differ only in them share a program; `params` holds the defaults), or None.
       cost: `wireless.cost.CostSetup`: count each round's bits, airtime, energy and clock,
         with ARQ retries and a deadline deciding what arrives; or None.
       motion: `Motion` (nodes move, lists re-selected) or None.
@@ -115,6 +117,7 @@ class Links(flax.struct.PyTreeNode):
     fading: Any = None
     model: str = flax.struct.field(pytree_node=False, default="bernoulli")
     stale: bool = flax.struct.field(pytree_node=False, default=False)
+    radio: Any = None
     cost: Any = None
     motion: Any = None
     cache: Any = None
@@ -123,8 +126,9 @@ class Links(flax.struct.PyTreeNode):
     listed: Any = None
 
     def channel(self) -> ChannelParams:
-        """The run's `ChannelParams`: `params` with the (traced) `fading`."""
-        return self.params if self.fading is None else self.params.replace(fading=self.fading)
+        """The run's `ChannelParams`: `params` with the (traced) `fading` and `radio`."""
+        params = self.params if self.fading is None else self.params.replace(fading=self.fading)
+        return params if self.radio is None else params.replace(**self.radio)
 
 
 def slot_perr(fed: Federation, config: ExperimentConfig) -> np.ndarray:
@@ -138,8 +142,9 @@ def slot_perr(fed: Federation, config: ExperimentConfig) -> np.ndarray:
 
 
 def build_links(fed: Federation, config: ExperimentConfig) -> Links | None:
-    """The `Links` of a federation (None for `link_model="ideal"` without mobility)."""
-    if config.link_model == "ideal" and config.mobility == "none":
+    """The `Links` of a federation (None for `link_model="ideal"` without mobility or cost;
+    the cost set-up, `Links.cost`, is attached by the caller)."""
+    if config.link_model == "ideal" and config.mobility == "none" and not config.cost:
         return None
     if fed.neighbor_lists is not None:  # a large network: its lists and their P_err
         assert fed.neighbor_mask is not None and fed.neighbor_perr is not None  # set together
@@ -165,15 +170,24 @@ def build_links(fed: Federation, config: ExperimentConfig) -> Links | None:
 
 
 def _channel_split(config: ExperimentConfig) -> dict[str, Any]:
-    """`params` (static) and `fading` (dynamic) of the `Links` of `config`: Rayleigh, which
-    has no shape parameter, stays all static (None)."""
+    """`params` (static) and `fading`, `radio` (dynamic) of the `Links` of `config`: Rayleigh,
+    which has no shape parameter, stays all static (None); the transmit power and bandwidth
+    are leaves (`RADIO`), `params` holds their defaults."""
     params = channel_params(config)
-    if params.fading.kind == "rayleigh":
-        return {"params": params, "fading": None}
-    return {
-        "params": params.replace(fading=Fading.of(params.fading.kind)),
-        "fading": traced_fading(params.fading),
-    }
+    radio = {k: jnp.float32(getattr(params, k)) for k in RADIO}
+    static, fading = params.replace(**_RADIO_DEFAULTS), None
+    if params.fading.kind != "rayleigh":
+        static, fading = (
+            static.replace(fading=Fading.of(params.fading.kind)),
+            traced_fading(params.fading),
+        )
+    return {"params": static, "fading": fading, "radio": radio}
+
+
+#: The channel's numbers a run's program takes as leaves (`Links.radio`): sweeping them
+#: (grid keys "channel.tx_power_w", "channel.bandwidth_hz") shares one program.
+RADIO = ("tx_power_w", "bandwidth_hz")
+_RADIO_DEFAULTS = {k: getattr(ChannelParams(), k) for k in RADIO}
 
 
 def _motion(fed: Federation, config: ExperimentConfig, width: int) -> Motion | None:

@@ -29,6 +29,7 @@ from pfedwn_jax.data.batching import fit_batch_size
 from pfedwn_jax.data.federate import class_options
 from pfedwn_jax.data.registry import get_registered
 from pfedwn_jax.experiment.config import ExperimentConfig
+from pfedwn_jax.experiment.cost_setup import config_cost_setup
 from pfedwn_jax.experiment.federation import Federation, build_federation
 from pfedwn_jax.experiment.link_setup import build_links, mobile_federation
 from pfedwn_jax.models import get_model
@@ -148,6 +149,12 @@ def build_context(
     else:
         neighbors, neighbor_mask = neighbor_lists(fed.adjacency)
     data_client = np.asarray(fed.data_client, np.int32)
+    num_samples = np.asarray(np.asarray(data.train.count)[data_client], np.float32)
+    batch_size = fit_batch_size(config.batch_size, np.asarray(data.train.count)[data_client])
+    links = build_links(fed, config)
+    if config.cost:
+        assert links is not None  # built whenever the cost is counted
+        links = links.replace(cost=config_cost_setup(config, model, num_samples, batch_size))
     return RoundContext(
         model=model,
         optimizer=None,
@@ -156,13 +163,13 @@ def build_context(
         neighbors=np.asarray(neighbors, np.int32),
         neighbor_mask=np.asarray(neighbor_mask, bool),
         is_target=np.asarray(fed.is_target, bool),
-        num_samples=np.asarray(np.asarray(data.train.count)[data_client], np.float32),
-        batch_size=fit_batch_size(config.batch_size, np.asarray(data.train.count)[data_client]),
+        num_samples=num_samples,
+        batch_size=batch_size,
         local_epochs=config.local_epochs,
         num_steps=config.local_steps,
         lr=np.float32(config.lr),
         momentum=np.float32(config.momentum) if config.momentum else None,
-        links=build_links(fed, config),
+        links=links,
     )
 
 

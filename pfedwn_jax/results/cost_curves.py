@@ -36,3 +36,16 @@ def first_reaching(values: Any, spent: Any, target: float, relative: bool = Fals
     first = np.argmax(hit, axis=-1)
     found = np.take_along_axis(spent, first[..., None], -1)[..., 0]
     return np.where(hit.any(axis=-1), found, np.nan)
+
+
+#: The summaries' time-to-accuracy (`Result.summary`, `SweepResult.summary`): the simulated
+#: seconds (`clock_s`) at which the target accuracy first reaches this fraction of its final
+#: value, under the key `TIME_TO_KEY`.
+TIME_TO_FRACTION = 0.9
+TIME_TO_KEY = "time_to_90"
+
+
+def time_to_accuracy(accuracy: Any, clock_s: Any) -> np.ndarray:
+    """`[...]` simulated seconds at which ``accuracy [..., R]`` first reaches
+    `TIME_TO_FRACTION` of its final value (``clock_s [..., R]``; NaN: never)."""
+    return first_reaching(accuracy, clock_s, TIME_TO_FRACTION, relative=True)

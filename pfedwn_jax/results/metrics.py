@@ -126,7 +126,17 @@ SLOT_METRICS: dict[str, SlotMetric] = {
     ),
     "consensus_deviation": SlotMetric(_consensus, None, "consensus_distance"),
     "mixing_gap": SlotMetric(_spectral_gap, None, "spectral_gap"),
+    # the cost of the round (`wireless.cost`, config `cost`), absent when it is not counted
+    "bits_sent": SlotMetric(lambda v: v.records.get("bits_sent"), "client_bits_sent"),
+    "airtime_s": SlotMetric(lambda v: v.records.get("airtime_s"), "client_airtime_s"),
+    "energy_j": SlotMetric(lambda v: v.records.get("energy_j"), "client_energy_j"),
+    "round_s": SlotMetric(lambda v: _per_slot(v, v.records.get("round_s")), None),
 }
+
+
+def _per_slot(v: SlotView, value: Any) -> Any:
+    """A round's scalar `[]` as `[S]` (None stays None)."""
+    return None if value is None else jnp.broadcast_to(value, (v.num_slots,))
 
 
 def slot_metrics(view: SlotView) -> dict[str, Any]:
@@ -180,15 +190,20 @@ def unregister_metric(name: str) -> None:
 def metric_names() -> tuple[str, ...]:
     """The registered metrics, in registration order, then the per-slot metrics' target
     means."""
-    return tuple(dict.fromkeys([*_METRICS, *_slot_targets()]))
+    return tuple(dict.fromkeys([*_METRICS, *_slot_targets(), *CUMULATIVE]))
 
 
 def _slot_targets() -> dict[str, str]:
     return {m.target: name for name, m in SLOT_METRICS.items() if m.target is not None}
 
 
-def compute(rounds: Rounds) -> dict[str, np.ndarray]:
-    """Every registered metric that applies to `rounds`: `name -> [n]` float64."""
+#: Running totals over the rounds: metric -> the per-round metric it sums (`compute`).
+CUMULATIVE: dict[str, str] = {"clock_s": "round_s"}
+
+
+def compute(rounds: Rounds, ends: Mapping[str, float] | None = None) -> dict[str, np.ndarray]:
+    """Every registered metric that applies to `rounds`: `name -> [n]` float64. The running
+    totals (`CUMULATIVE`) go on from `ends` (each metric's value before these rounds)."""
     n = rounds.accuracy.shape[0]
     out = {}
     for name, fn in _METRICS.items():
@@ -204,6 +219,9 @@ def compute(rounds: Rounds) -> dict[str, np.ndarray]:
     for target, name in _slot_targets().items():
         if target not in out and name in rounds.slots:
             out[target] = _target_mean(np.asarray(rounds.slots[name], np.float64), rounds.is_target)
+    for name, of in CUMULATIVE.items():
+        if of in out:
+            out[name] = (ends or {}).get(name, 0.0) + np.cumsum(out[of])
     return out
 
 
@@ -219,3 +237,16 @@ register_metric(
     "target_val_accuracy",
     lambda r: None if r.val_accuracy is None else _target_mean(r.val_accuracy, r.is_target),
 )
+
+
+def _slot_total(r: Rounds, name: str) -> np.ndarray | None:
+    """`[n]` sum over the slots of per-slot metric `name` (None where it is not computed)."""
+    values = r.slots.get(name)
+    return None if values is None else np.asarray(values, np.float64).sum(axis=1)
+
+
+# the round's cost, total over the slots (`SLOT_METRICS`; absent when it is not counted)
+register_metric("bits_sent", lambda r: _slot_total(r, "bits_sent"))
+register_metric("airtime_s", lambda r: _slot_total(r, "airtime_s"))
+register_metric("energy_j", lambda r: _slot_total(r, "energy_j"))
+register_metric("round_s", lambda r: None if "round_s" not in r.slots else r.slots["round_s"][:, 0])

@@ -38,6 +38,7 @@ from pfedwn_jax.io import (
 )
 from pfedwn_jax.plotting import pyplot
 from pfedwn_jax.results import plots
+from pfedwn_jax.results.cost_curves import TIME_TO_KEY, time_to_accuracy
 from pfedwn_jax.results.frames import pandas_module
 from pfedwn_jax.results.plots import shown as _shown
 from pfedwn_jax.results.result import to_jsonable
@@ -306,6 +307,11 @@ class SweepResult:
             x = acc[idx].astype(float)
             out["final"][p], out["last"][p], out["max"][p] = x[-1], x[-window:].mean(), x.max()
             out["diverged"][p] = diverged[idx].any()
+        if "clock_s" in self.rows:  # the cost was counted: time-to-accuracy
+            clock = self.rows["clock_s"]
+            starts, rows = pairs["starts"], pairs["rows"]
+            idxs = [rows[starts[p] : starts[p + 1]] for p in range(size)]
+            out[TIME_TO_KEY] = np.array([time_to_accuracy(acc[i], clock[i]) for i in idxs])
         return out
 
     def _groups(self, pairs: dict[str, np.ndarray]) -> list[tuple[dict[str, Any], np.ndarray]]:
@@ -332,6 +338,8 @@ class SweepResult:
         last `window` rounds, or of all if fewer; "max": maximum over rounds) "S_mean", "S_std"
         (ddof=1; 0 for n = 1), "S_ci_low", "S_ci_high" (95% Student-t interval of the mean;
         NaN for n = 1). A run stopped early by divergence contributes its own last rounds.
+        With the cost counted (a `clock_s` column) also "time_to_90_*": the simulated seconds
+        at which the metric first reaches 90% of its final value (`cost_curves`).
         """
         window = check_int("window", window, 1)
         floats = [k for k, v in self.rows.items() if v.dtype.kind == "f" and k not in self.swept]
@@ -340,7 +348,7 @@ class SweepResult:
         for head, members in self._groups(per_run):
             entry = {**head, "n": int(members.size)}
             entry["n_diverged"] = int(per_run["diverged"][members].sum())
-            for s in STATS:
+            for s in STATS + ((TIME_TO_KEY,) if TIME_TO_KEY in per_run else ()):
                 keys = [f"{s}_{k}" for k in ("mean", "std", "ci_low", "ci_high")]
                 entry.update(zip(keys, mean_std_ci(per_run[s][members]), strict=True))
             out.append(entry)

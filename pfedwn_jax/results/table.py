@@ -77,6 +77,10 @@ class Track:
     def metric(self, name: str) -> np.ndarray | None:
         return _joined(self.metrics.get(name))
 
+    def metric_ends(self) -> dict[str, float]:
+        """Each metric's value at the last round kept so far (running totals go on from it)."""
+        return {k: float(v[-1][-1]) for k, v in self.metrics.items() if v and len(v[-1])}
+
 
 def _warn(method: str, run: int | None, diverged: dict[str, Any]) -> None:
     """One warning line naming the diverged round, slots and clients."""
@@ -145,7 +149,7 @@ class Table:
         for key, value in block.get("records", {}).items():
             track.records.setdefault(key, []).append(np.asarray(value)[:keep])
         rounds = self._rounds(run, block, keep)
-        for name, value in metric_registry.compute(rounds).items():
+        for name, value in metric_registry.compute(rounds, track.metric_ends()).items():
             track.metrics.setdefault(name, []).append(value)
         track.seconds.extend([seconds / n] * keep)
         return keep

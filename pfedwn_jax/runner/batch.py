@@ -34,6 +34,7 @@ import numpy as np
 
 from pfedwn_jax.algorithms import RoundContext
 from pfedwn_jax.data import ClientData
+from pfedwn_jax.experiment.link_setup import RADIO
 from pfedwn_jax.experiment.setup import Experiment
 
 
@@ -56,11 +57,17 @@ def program_key(exp: Experiment) -> tuple:
         bool(c.momentum),
         c.link_model,
         c.link_failure is None,
-        tuple(sorted(c.channel.items())) if c.link_model == "physical" else (),
+        _static_channel(c) if c.link_model == "physical" else (),
         c.fading if c.link_model == "physical" or c.mobility != "none" else (),
         c.stale,
         (c.mobility, c.reselect_every, c.moments) if c.mobility != "none" else (),
+        (c.rate_model, c.reception) if c.cost else None,
     )
+
+
+def _static_channel(c: Any) -> tuple:
+    """The channel overrides that are static in a program (all but `Links.radio`'s)."""
+    return tuple(sorted((k, v) for k, v in c.channel.items() if k not in RADIO))
 
 
 def _pad_axis(a: np.ndarray, axis: int, size: int, value: Any = 0) -> np.ndarray:
@@ -184,12 +191,22 @@ def _same(a: Any, b: Any) -> bool:
 
 def pad_links(links: Any, slots: int, k: int) -> Any:
     """`Links` padded to `[slots, k]` like the neighbor lists (`pad_lists`): padded links have
-    P_err 0 (they are masked there); padded slots sit at the origin and do not transmit."""
+    P_err 0 (they are masked there); padded slots sit at the origin and do not transmit (nor
+    train: their compute time and power are 0 in the cost set-up)."""
+    cost = links.cost
+    if cost is not None:
+        slot = {f: _pad_axis(np.asarray(getattr(cost, f)), 0, slots, 0.0) for f in _COST_SLOTS}
+        cost = cost.replace(**slot)
     return links.replace(
         perr=_pad_axis(_pad_axis(np.asarray(links.perr), 1, k, 0.0), 0, slots, 0.0),
         positions=_pad_axis(np.asarray(links.positions), 0, slots, 0.0),
         active=_pad_axis(np.asarray(links.active), 0, slots, False),
+        cost=cost,
     )
+
+
+#: The per-slot `[S]` fields of `wireless.cost.CostSetup`.
+_COST_SLOTS = ("compute_s", "compute_w")
 
 
 def stack_runs(trees: Sequence[Any], *, pad_ragged: bool = True) -> tuple[Any, Any]:

@@ -67,13 +67,26 @@ class CostParams(flax.struct.PyTreeNode):
     def __post_init__(self) -> None:
         check_choice("rate_model", self.rate_model, RATE_MODELS)
         check_choice("reception", self.reception, RECEPTIONS)
-        # concrete values only (inside jit / vmap the leaves are tracers)
+        # concrete numbers only: inside jit / vmap the leaves are tracers, and JAX rebuilds
+        # the tree with other leaves (a sweep's vmap axes: None; lowering: argument infos)
+        leaves = (self.efficiency, self.retries, self.header_bits, self.deadline_s)
+        if not all(_is_number(v) for v in leaves):
+            return
         check_range("efficiency", self.efficiency, 0.0, 1.0, low_inclusive=False)
         check_range("retries", self.retries, 0, INT32_MAX)
         if is_concrete(self.retries) and not np.all(np.mod(np.asarray(self.retries), 1) == 0):
             raise ValueError(f"retries must be whole numbers; got {self.retries!r}")
         check_range("header_bits", self.header_bits, 0.0)
         check_range("deadline_s", self.deadline_s, 0.0, low_inclusive=False)
+
+
+def _is_number(value: Any) -> bool:
+    """`value` is a concrete number or numeric array (not a tracer, None or a JAX info)."""
+    if value is None or isinstance(value, jax.core.Tracer):
+        return False
+    if isinstance(value, int | float | np.ndarray | np.generic | jax.Array):
+        return np.asarray(value).dtype.kind in "biuf"
+    return False
 
 
 class RoundCost(flax.struct.PyTreeNode):

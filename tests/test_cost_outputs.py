@@ -1,0 +1,115 @@
+"""The cost of a round from the config to the outputs: `cost=True` puts `bits_sent`,
+`airtime_s`, `energy_j` (per round, summed over the slots; per slot in `client_...`) and the
+simulated clock `clock_s` into `Result`, `SweepResult` and the CSV; a sweep over the
+threshold and the deadline is one program whose runs equal their own `run()`."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+
+import jax
+import numpy as np
+import pytest
+from helpers import VARIED_RUN, toml_text
+
+import pfedwn_jax
+from pfedwn_jax import ExperimentConfig, sweep
+from pfedwn_jax.experiment.grid import expand, run_config
+from pfedwn_jax.models import get_model
+
+COST = dict(cost=True, retries=1, header_bits=64.0)
+COST_KEYS = ("bits_sent", "airtime_s", "energy_j", "clock_s")
+
+
+def _config(**changes):
+    return ExperimentConfig(**{**VARIED_RUN, "algorithms": ("pfedwn",), **COST, **changes})
+
+
+@pytest.fixture(scope="module")
+def one_run():
+    config = _config()
+    return config, pfedwn_jax.run(config, progress=False)
+
+
+def test_a_run_reports_the_cost_summed_by_hand(one_run):
+    config, result = one_run
+    m = result.methods["pfedwn"]
+    rec = {k: result.records("pfedwn", k) for k in ("bits_sent", "airtime_s", "energy_j")}
+    for key, per_slot in rec.items():  # [R, S] as sender
+        np.testing.assert_allclose(m[key], per_slot.sum(axis=1), rtol=1e-6)
+        np.testing.assert_allclose(m[f"client_{key}"], per_slot, rtol=1e-6)
+    np.testing.assert_allclose(m["clock_s"], np.cumsum(result.records("pfedwn", "round_s")))
+    # every slot of the selected group sends one model to each of the others (no failures:
+    # ideal links, so one attempt each): parameters x 32 bits + the header
+    model = get_model("logreg", 10, (28, 28, 1))
+    params = sum(x.size for x in jax.tree.leaves(model.init(jax.random.key(0))))
+    slots = rec["bits_sent"].shape[1]
+    want = (slots - 1) * (32 * params + 64.0)
+    np.testing.assert_allclose(rec["bits_sent"], want)
+    rate = 100e6 / 14 * math.log2(1 + config.gamma_th)  # the threshold rate, Table I channel
+    np.testing.assert_allclose(rec["airtime_s"], want / rate, rtol=1e-5)
+    assert np.all(rec["energy_j"] >= 0.2 * rec["airtime_s"])  # plus the compute energy
+    assert np.all(np.diff(m["clock_s"]) > 0)
+    tta = result.summary()["pfedwn"]["time_to_90"]
+    assert tta in set(m["clock_s"])
+
+
+def test_cost_off_leaves_no_cost_outputs():
+    result = pfedwn_jax.run(ExperimentConfig(**VARIED_RUN, algorithms=("local",)), progress=False)
+    entry = result.methods["local"]
+    assert not set(COST_KEYS) & set(entry) and "client_bits_sent" not in entry
+    assert "time_to_90" not in result.summary()["local"]
+
+
+def test_a_sweep_over_threshold_power_and_deadline_is_one_program_equal_to_its_runs():
+    config = _config()
+    grid = {
+        "gamma_th": [5.0, 3.0],
+        "channel.tx_power_w": [0.2, 0.5],
+        "deadline_s": [math.inf, 0.004],
+        "retries": [1, 0],
+    }
+    result = sweep(config, seeds="0-1", grid=grid, zip=True, progress=False)
+    assert result.meta["programs"] == 1 and result.num_runs == 4
+    text = result.to_csv()
+    header = next(csv.reader(io.StringIO(text)))
+    assert set(COST_KEYS) <= set(header) and "channel.tx_power_w" in header
+    for spec in expand(config, "0-1", grid, zip=True):
+        own = pfedwn_jax.run(run_config(config, spec), progress=False).methods["pfedwn"]
+        sel = result.rows["run"] == spec.index
+        for key in ("target_accuracy", *COST_KEYS):
+            np.testing.assert_allclose(result.rows[key][sel], own[key], rtol=1e-5, err_msg=key)
+    ends = [e["time_to_90_mean"] for e in result.summary()]
+    assert len(ends) == 2 and all(np.isfinite(ends))
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"cost": "yes"}, "cost"),
+        ({"rate_model": "shannon"}, "rate_model"),
+        ({"reception": "both"}, "reception"),
+        ({"rate_efficiency": 1.5}, "rate_efficiency"),
+        ({"retries": -1}, "retries"),
+        ({"header_bits": -8}, "header_bits"),
+        ({"deadline_s": 0.0}, "deadline_s"),
+        ({"bits_per_param": 0}, "bits_per_param"),
+        ({"device_distribution": "normal"}, "device_distribution"),
+        ({"device_profiles": ("toaster",)}, "device_profiles"),
+        ({"device_profiles": ()}, "device_profiles"),
+    ],
+)
+def test_a_bad_cost_value_names_its_field(change, field):
+    with pytest.raises(ValueError, match=field):
+        _config(**change)
+
+
+def test_cost_fields_round_trip_through_dict_and_toml(tmp_path):
+    config = _config(deadline_s=0.5, reception="serial", device_profiles=["smartphone"])
+    assert ExperimentConfig.from_dict(config.to_dict()) == config
+    path = tmp_path / "c.toml"
+    path.write_text(toml_text({k: v for k, v in config.to_dict().items() if v is not None}))
+    assert ExperimentConfig.from_toml(path) == config
+    assert _config(deadline_s=None).deadline_s == math.inf  # None (a JSON inf): no deadline
