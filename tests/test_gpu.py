@@ -75,7 +75,7 @@ def test_error_probability_on_the_accelerator_equals_the_cpu(moments, fading):
     accel, cpu = accelerator_and_cpu()
     got = on_device(accel, perr, targets, neighbors, gamma_th)
     want = on_device(cpu, perr, targets, neighbors, gamma_th)
-    assert np.ptp(want) > 0.1  # a spread of values, not all 0 or 1
+    assert np.ptp(want) > 0.05  # a spread of values, not all 0 or 1
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-6)
 
 
