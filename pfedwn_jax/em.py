@@ -11,7 +11,7 @@ A target's data is modelled as a mixture of its selected neighbors' distribution
 `estimate_weights` iterates the two until `max |delta pi| < tol` or `num_iters`, inside one
 `lax.while_loop`. Everything is batched over any leading dimensions (targets, experiments), so
 all targets of a network are estimated in one op. The full EM with responsibility-weighted
-component updates (App. B, M-step 2) lives in `pfedwn_jax.algorithms.pfedwn` and calls
+component updates (App. B, M-step 2) lives in `pfedwn_jax.algorithms.pfedwn_em` and calls
 `responsibilities` / `estimate_weights` between training steps.
 """
 
