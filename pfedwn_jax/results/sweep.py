@@ -4,7 +4,7 @@ One row per run x method x round (columns in `COLUMNS`, plus one per swept key).
 else is computed from the rows on the host with numpy: `summary()` (per grid point and method:
 mean, standard deviation and Student-t 95% interval over seeds of the final, last-`window`-round
 mean and maximum target accuracy; intervals in `results.stats`), `curves()` (the same per
-round), CSV/JSON files, and plots (`results.plots`).
+round), CSV/JSON files, and plots (`results.plots`). The statistics live in `results.sweep_stats`.
 
 A swept key that does not concern a method (`"pfedwn.a"` for local: `owned_columns`) is
 missing in that method's rows: NaN in a numeric column (an int or bool column becomes float
@@ -21,13 +21,13 @@ import io
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from pfedwn_jax._checks import check_choice, check_int
+from pfedwn_jax._checks import check_choice
 from pfedwn_jax.io import (
     atomic_write_json,
     atomic_write_text,
@@ -37,12 +37,13 @@ from pfedwn_jax.io import (
     write_npz,
 )
 from pfedwn_jax.plotting import pyplot
-from pfedwn_jax.results import plots
-from pfedwn_jax.results.cost_curves import TIME_TO_KEY, time_to_accuracy
+from pfedwn_jax.results import plots, sweep_stats
 from pfedwn_jax.results.frames import pandas_module
-from pfedwn_jax.results.plots import shown as _shown
 from pfedwn_jax.results.result import to_jsonable
-from pfedwn_jax.results.stats import LEVEL, mean_std_ci, t_interval
+from pfedwn_jax.results.stats import LEVEL
+from pfedwn_jax.results.sweep_stats import STATS
+from pfedwn_jax.results.sweep_stats import codes as _codes
+from pfedwn_jax.results.sweep_stats import scalar as _scalar
 
 SCHEMA = "pfedwn-sweep/1"
 SUMMARY_SCHEMA = "pfedwn-sweep-summary/1"
@@ -54,8 +55,6 @@ RUN_COLUMNS = {"run": "int", "seed": "int"}
 ROUND_COLUMNS = {"method": "str", "round": "int", **dict.fromkeys(METRICS, "float")}
 ROUND_COLUMNS["diverged"] = "bool"
 COLUMNS = (*RUN_COLUMNS, *ROUND_COLUMNS)
-# per-run statistics of target accuracy: last round, mean of the last `window` rounds, maximum
-STATS = ("final", "last", "max")
 _NUMPY_KINDS = {"int": "iu", "float": "fiu", "bool": "b", "str": "U"}
 _SWEPT_KINDS = "biufU"
 
@@ -76,21 +75,6 @@ def _column(name: str, values: Any, kinds: str) -> np.ndarray:
         arr = arr.astype(np.float64)
     arr.setflags(write=False)
     return arr
-
-
-def _codes(columns: Sequence[np.ndarray], length: int) -> tuple[np.ndarray, np.ndarray]:
-    """(first row of each distinct key, code of each row): keys are the rows' tuples of
-    `columns`, numbered in order of first appearance."""
-    if not columns:
-        return np.zeros(min(length, 1), dtype=np.int64), np.zeros(length, dtype=np.int64)
-    per_column = [np.unique(c, return_inverse=True)[1].reshape(-1) for c in columns]
-    _, first, inverse = np.unique(
-        np.stack(per_column, axis=1), axis=0, return_index=True, return_inverse=True
-    )
-    order = np.argsort(first)
-    rank = np.empty_like(order)
-    rank[order] = np.arange(order.size)
-    return first[order], rank[inverse.reshape(-1)]
 
 
 def missing(column: np.ndarray) -> np.ndarray:
@@ -118,11 +102,6 @@ def owned_columns(rows: Mapping[str, np.ndarray], owners: Mapping[str, str]) -> 
         else:
             out[key] = np.where(other, np.nan, col.astype(np.float64))
     return out
-
-
-def _scalar(value: Any) -> Any:
-    """A numpy scalar as the Python scalar JSON and f-strings expect."""
-    return value.item() if hasattr(value, "item") else value
 
 
 # --------------------------------------------------------------------------- the result
@@ -282,112 +261,16 @@ class SweepResult:
         )
 
     # ------------------------------------------------------------------ statistics
-    def _pairs(self) -> dict[str, np.ndarray]:
-        """The (run, method) pairs `[P]`: "first" row, grid "point" code, "method", and the
-        rows of pair p in round order, `rows[starts[p]:starts[p + 1]]`."""
-        r = self.rows
-        first, pair = _codes([r["run"], r["method"]], len(self))
-        _, point = _codes([r[k] for k in self.swept], len(self))
-        order = np.lexsort((r["round"], pair))
-        starts = np.searchsorted(pair[order], np.arange(first.size + 1))
-        return {"first": first, "point": point[first], "method": r["method"][first]} | {
-            "rows": order,
-            "starts": starts,
-        }
-
-    def _per_run(self, window: int, metric: str = "target_accuracy") -> dict[str, np.ndarray]:
-        """`_pairs()` plus, per pair, the `STATS` of its `metric` over its rounds (NaN
-        propagates) and whether it diverged."""
-        pairs = self._pairs()
-        acc, diverged = self.rows[metric], self.rows["diverged"]
-        size = pairs["first"].size
-        out = {**pairs, **{s: np.empty(size) for s in STATS}, "diverged": np.empty(size, bool)}
-        for p in range(size):
-            idx = pairs["rows"][pairs["starts"][p] : pairs["starts"][p + 1]]
-            x = acc[idx].astype(float)
-            out["final"][p], out["last"][p], out["max"][p] = x[-1], x[-window:].mean(), x.max()
-            out["diverged"][p] = diverged[idx].any()
-        if "clock_s" in self.rows:  # the cost was counted: time-to-accuracy
-            clock = self.rows["clock_s"]
-            starts, rows = pairs["starts"], pairs["rows"]
-            idxs = [rows[starts[p] : starts[p + 1]] for p in range(size)]
-            out[TIME_TO_KEY] = np.array([time_to_accuracy(acc[i], clock[i]) for i in idxs])
-        return out
-
-    def _groups(self, pairs: dict[str, np.ndarray]) -> list[tuple[dict[str, Any], np.ndarray]]:
-        """[(swept values and "method" of a group, indices of its pairs)]: grid points in order
-        of first appearance, methods within each likewise."""
-        methods = self.methods
-        method_rank = {m: i for i, m in enumerate(methods)}
-        ranks = np.array([method_rank[m] for m in pairs["method"].tolist()], dtype=np.int64)
-        groups = []
-        for point, rank in sorted(set(zip(pairs["point"].tolist(), ranks.tolist(), strict=True))):
-            members = np.flatnonzero((pairs["point"] == point) & (ranks == rank))
-            row = pairs["first"][members[0]]
-            head = {k: _scalar(self.rows[k][row]) for k in self.swept}
-            groups.append(({**head, "method": methods[rank]}, members))
-        return groups
-
     def summary(self, window: int = 5, metric: str = "target_accuracy") -> list[dict[str, Any]]:
-        """Per grid point and method: statistics over its runs (seeds) of target accuracy (or
-        another per-round `metric`, e.g. "target_val_accuracy" to choose hyperparameters on a
-        validation split, `ExperimentConfig.val_fraction`).
-
-        Each dict: the swept values, "method", "n" (runs), "n_diverged" (runs that diverged),
-        and for each per-run statistic S in `STATS` ("final": last round; "last": mean of the
-        last `window` rounds, or of all if fewer; "max": maximum over rounds) "S_mean", "S_std"
-        (ddof=1; 0 for n = 1), "S_ci_low", "S_ci_high" (95% Student-t interval of the mean;
-        NaN for n = 1). A run stopped early by divergence contributes its own last rounds.
-        With the cost counted (a `clock_s` column) also "time_to_90_*": the simulated seconds
-        at which the metric first reaches 90% of its final value (`cost_curves`).
-        """
-        window = check_int("window", window, 1)
-        floats = [k for k, v in self.rows.items() if v.dtype.kind == "f" and k not in self.swept]
-        per_run = self._per_run(window, check_choice("metric", metric, floats))
-        out = []
-        for head, members in self._groups(per_run):
-            entry = {**head, "n": int(members.size)}
-            entry["n_diverged"] = int(per_run["diverged"][members].sum())
-            for s in STATS + ((TIME_TO_KEY,) if TIME_TO_KEY in per_run else ()):
-                keys = [f"{s}_{k}" for k in ("mean", "std", "ci_low", "ci_high")]
-                entry.update(zip(keys, mean_std_ci(per_run[s][members]), strict=True))
-            out.append(entry)
-        return out
+        """Per grid point and method: statistics over its runs (seeds) of target accuracy or
+        another per-round `metric` (`results.sweep_stats.summary`: "n", "n_diverged" and the
+        mean, std and 95% interval of each statistic in `STATS`)."""
+        return sweep_stats.summary(self, window, metric)
 
     def curves(self, metric: str = "target_accuracy") -> list[dict[str, Any]]:
-        """Per grid point and method, per round: the mean over runs with its band.
-
-        Each dict: the swept values, "method", and `[T]` arrays over the rounds any of its
-        runs reached: "round", "n" (runs with a finite value there: a run stopped by
-        divergence, or a non-finite value, drops out), "mean", "std" (ddof=1; 0 for n = 1),
-        "ci_low", "ci_high" (95% Student-t interval of the mean; NaN for n < 2).
-        """
-        floats = [k for k, v in self.rows.items() if v.dtype.kind == "f" and k not in self.swept]
-        metric = check_choice("metric", metric, floats)
-        pairs, r = self._pairs(), self.rows
-        out = []
-        for head, members in self._groups(pairs):
-            idx = [pairs["rows"][pairs["starts"][p] : pairs["starts"][p + 1]] for p in members]
-            rounds = np.unique(r["round"][np.concatenate(idx)])
-            x = np.full((members.size, rounds.size), np.nan)
-            for i, rows in enumerate(idx):
-                x[i, np.searchsorted(rounds, r["round"][rows])] = r[metric][rows]
-            x[~np.isfinite(x)] = np.nan
-            n = np.sum(~np.isnan(x), axis=0)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                mean = np.nansum(x, axis=0) / np.where(n > 0, n, np.nan)
-                var = np.nansum((x - mean) ** 2, axis=0) / np.where(n > 1, n - 1, np.nan)
-            std = np.where(n == 1, 0.0, np.sqrt(var))
-            low, high = t_interval(mean, std, n)
-            out.append(
-                head
-                | {"round": rounds, "n": n, "mean": mean, "std": std}
-                | {
-                    "ci_low": low,
-                    "ci_high": high,
-                }
-            )
-        return out
+        """Per grid point and method, per round: the mean over runs with its band
+        (`results.sweep_stats.curves`)."""
+        return sweep_stats.curves(self, metric)
 
     def heatmap_values(
         self, method: str, stat: str = "final", window: int = 5
@@ -410,33 +293,7 @@ class SweepResult:
 
     def summary_table(self, window: int = 5) -> str:
         """`summary(window)` as aligned text: mean +- 95% CI half-width of target accuracy (%)."""
-        summary = self.summary(window)
-        head = [*self.swept, "method", "n", "div", "final", f"last{window}", "max"]
-        body = [
-            [
-                *(_shown(e[k]) for k in self.swept),
-                e["method"],
-                str(e["n"]),
-                str(e["n_diverged"]),
-                *(_pm(e[f"{s}_mean"], e[f"{s}_ci_high"]) for s in STATS),
-            ]
-            for e in summary
-        ]
-        widths = [max(len(row[c]) for row in [head, *body]) for c in range(len(head))]
-        left = len(self.swept) + 1  # swept values and method: left-aligned
-        lines = [
-            f"Target accuracy (%) over seeds: mean +- 95% CI half-width (Student t; n = 1: "
-            f"mean only); last{window} = mean of the last {window} rounds; div = runs diverged",
-            *(
-                "  ".join(
-                    cell.ljust(w) if c < left else cell.rjust(w)
-                    for c, (cell, w) in enumerate(zip(row, widths, strict=True))
-                ).rstrip()
-                for row in [head, *body]
-            ),
-        ]
-        lines.insert(2, "-" * max(map(len, lines[1:])))
-        return "\n".join(lines)
+        return sweep_stats.summary_table(self, window)
 
     # ------------------------------------------------------------------ files
     def to_csv(self, path: str | Path | None = None) -> str:
@@ -592,13 +449,6 @@ def _position(values: list[Any], value: Any) -> int:
     """The index of `value` in `values`; a missing value (NaN or "") is at None."""
     gone = value == "" or (isinstance(value, float) and math.isnan(value))
     return values.index(None if gone else value)
-
-
-def _pm(mean: float, high: float) -> str:
-    """`mean +- half-width` in %, or the mean alone where the interval is NaN (n = 1)."""
-    if math.isnan(high):
-        return f"{100 * mean:.1f}"
-    return f"{100 * mean:.1f} +- {100 * (high - mean):.1f}"
 
 
 def _csv_cells(column: np.ndarray) -> list[Any]:
