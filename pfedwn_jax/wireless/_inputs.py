@@ -67,6 +67,30 @@ def link_inputs(
         raise ValueError(f"params must be a ChannelParams; got {type(params).__name__}")
     if moments is not None:
         check_choice("moments", moments, MOMENT_MODES)
+    batch, n = _batch_shape(target_xy, neighbor_xy, gamma_th, valid)
+    if footprint is not None:
+        targets = math.prod(batch)
+        need = footprint(targets, n, jnp.dtype(float_dtype()).itemsize)
+        check_link_bytes(caller, need, targets, n, change)
+    for name, x in (("target_xy", target_xy), ("neighbor_xy", neighbor_xy), ("gamma_th", gamma_th)):
+        check_finite(name, x)
+    check_range("gamma_th", gamma_th, 0.0, None, low_inclusive=False)
+    valid_arr = _valid_mask(valid, (*batch, n))
+    dtype = float_dtype()
+    target = _as(target_xy, dtype, (*batch, 2))
+    neighbor = _as(neighbor_xy, dtype, (*batch, n, 2))
+    gamma = _as(gamma_th, dtype, batch)
+    shadow = None if shadow_db is None else _shadow(shadow_db, dtype, (*batch, n))
+    # params go to the jitted cores as they are: Python-number fields are weakly typed, so
+    # they follow the positions' dtype and new values never trigger recompilation.
+    return Links(target, neighbor, gamma, valid_arr, shadow), params
+
+
+def _batch_shape(
+    target_xy: Any, neighbor_xy: Any, gamma_th: Any, valid: Any
+) -> tuple[tuple[int, ...], int]:
+    """`(batch, n)`: the broadcast batch shape of the link inputs and the links per target;
+    `ValueError` naming the shapes where one is wrong or they do not broadcast."""
     t_shape, n_shape, g_shape = (
         _shape("target_xy", target_xy),
         _shape("neighbor_xy", neighbor_xy),
@@ -92,38 +116,29 @@ def link_inputs(
             f"neighbor_xy {list(n_shape)} ([..., n, 2]), gamma_th {list(g_shape)} ([...])"
             + ("" if v_shape is None else f", valid {list(v_shape)} ([..., n])")
         ) from e
-    n = n_shape[-2]
-    if footprint is not None:
-        targets = math.prod(batch)
-        need = footprint(targets, n, jnp.dtype(float_dtype()).itemsize)
-        check_link_bytes(caller, need, targets, n, change)
-    for name, x in (("target_xy", target_xy), ("neighbor_xy", neighbor_xy), ("gamma_th", gamma_th)):
-        check_finite(name, x)
-    check_range("gamma_th", gamma_th, 0.0, None, low_inclusive=False)
+    return batch, n_shape[-2]
+
+
+def _valid_mask(valid: Any, shape: tuple[int, ...]) -> Any:
+    """`valid` (None: every link) as a bool array of `shape` `[..., n]`."""
     if valid is None:
-        valid_arr = jnp.ones((*batch, n), bool)
-    else:
-        if is_concrete(valid) and np.asarray(valid).dtype != bool:
-            raise ValueError(f"valid must be a boolean mask; got dtype {np.asarray(valid).dtype}")
-        valid_arr = _as(valid, bool, (*batch, n))
-    dtype = float_dtype()
-    target = _as(target_xy, dtype, (*batch, 2))
-    neighbor = _as(neighbor_xy, dtype, (*batch, n, 2))
-    gamma = _as(gamma_th, dtype, batch)
-    shadow = None
-    if shadow_db is not None:
-        s_shape = _shape("shadow_db", shadow_db)
-        try:
-            jnp.broadcast_shapes(s_shape, (*batch, n))
-        except ValueError as e:
-            raise ValueError(
-                f"shadow_db must broadcast to [..., n] = {[*batch, n]}; got {list(s_shape)}"
-            ) from e
-        check_finite("shadow_db", shadow_db)
-        shadow = _as(shadow_db, dtype, (*batch, n))
-    # params go to the jitted cores as they are: Python-number fields are weakly typed, so
-    # they follow the positions' dtype and new values never trigger recompilation.
-    return Links(target, neighbor, gamma, valid_arr, shadow), params
+        return jnp.ones(shape, bool)
+    if is_concrete(valid) and np.asarray(valid).dtype != bool:
+        raise ValueError(f"valid must be a boolean mask; got dtype {np.asarray(valid).dtype}")
+    return _as(valid, bool, shape)
+
+
+def _shadow(shadow_db: Any, dtype: Any, shape: tuple[int, ...]) -> Any:
+    """The per-link shadowing `shadow_db` (dB) checked and broadcast to `shape` `[..., n]`."""
+    s_shape = _shape("shadow_db", shadow_db)
+    try:
+        jnp.broadcast_shapes(s_shape, shape)
+    except ValueError as e:
+        raise ValueError(
+            f"shadow_db must broadcast to [..., n] = {list(shape)}; got {list(s_shape)}"
+        ) from e
+    check_finite("shadow_db", shadow_db)
+    return _as(shadow_db, dtype, shape)
 
 
 def _as(x: Any, dtype: Any, shape: tuple[int, ...]) -> Any:
