@@ -161,58 +161,50 @@ def _babu_eval(state: FedBABUState, ctx: RoundContext, hp: Any) -> Any:
     return state.tuned
 
 
-FEDPER = register(
-    Algorithm(
-        name="fedper",
-        hparams=NoHParams,
-        init=_init_split("fedper"),
-        round=_fedper_round,
-        eval_params=eval_own,
+def _register(
+    name: str, hp: Any, init: Any, round_fn: Any, description: str, eval_params: Any = eval_own
+) -> Algorithm:
+    """Register a splitting method (not run by default; its training loss recorded)."""
+    algorithm = Algorithm(
+        name=name,
+        hparams=hp,
+        init=init,
+        round=round_fn,
+        eval_params=eval_params,
         records=train_loss_record,
-        description="body averaged in each group, head personal",
+        description=description,
         family="splitting",
         default=False,
     )
-)
+    return register(algorithm)
 
-LGFEDAVG = register(
-    Algorithm(
-        name="lgfedavg",
-        hparams=NoHParams,
-        init=_init_split("lgfedavg"),
-        round=_lg_round,
-        eval_params=eval_own,
-        records=train_loss_record,
-        description="head averaged in each group, body (representation) personal",
-        family="splitting",
-        default=False,
-    )
-)
 
-FEDREP = register(
-    Algorithm(
-        name="fedrep",
-        hparams=FedRepHParams,
-        init=_init_split("fedrep"),
-        round=_fedrep_round,
-        eval_params=eval_own,
-        records=train_loss_record,
-        description="head epochs then body epochs; body averaged in each group",
-        family="splitting",
-        default=False,
-    )
+FEDPER = _register(
+    "fedper",
+    NoHParams,
+    _init_split("fedper"),
+    _fedper_round,
+    "body averaged in each group, head personal",
 )
-
-FEDBABU = register(
-    Algorithm(
-        name="fedbabu",
-        hparams=FedBABUHParams,
-        init=_babu_init,
-        round=_babu_round,
-        eval_params=_babu_eval,
-        records=train_loss_record,
-        description="body averaged with the head frozen at init; fine-tuned copy evaluated",
-        family="splitting",
-        default=False,
-    )
+LGFEDAVG = _register(
+    "lgfedavg",
+    NoHParams,
+    _init_split("lgfedavg"),
+    _lg_round,
+    "head averaged in each group, body (representation) personal",
+)
+FEDREP = _register(
+    "fedrep",
+    FedRepHParams,
+    _init_split("fedrep"),
+    _fedrep_round,
+    "head epochs then body epochs; body averaged in each group",
+)
+FEDBABU = _register(
+    "fedbabu",
+    FedBABUHParams,
+    _babu_init,
+    _babu_round,
+    "body averaged with the head frozen at init; fine-tuned copy evaluated",
+    eval_params=_babu_eval,
 )
