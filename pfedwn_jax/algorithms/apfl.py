@@ -31,9 +31,9 @@ import jax
 import jax.numpy as jnp
 
 from pfedwn_jax._checks import check_bool, check_float, set_fields
-from pfedwn_jax.algorithms._mixing import check_sgd, group_average
 from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register, static
-from pfedwn_jax.algorithms.common import init_clients, local_update, train_loss_record
+from pfedwn_jax.algorithms.common import check_sgd, init_clients, local_update, train_loss_record
+from pfedwn_jax.algorithms.mixing import group_average
 from pfedwn_jax.engine import ClientState, default_loss
 
 

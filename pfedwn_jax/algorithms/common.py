@@ -266,3 +266,10 @@ def proximal_loss(base_loss: Callable[..., jax.Array], mu: float) -> Callable[..
         return base_loss(params, x, y, w, anchor) + 0.5 * mu * sq_norm_diff(params, anchor)
 
     return loss_fn
+
+
+def check_sgd(ctx: RoundContext, name: str) -> None:
+    """Raise a ValueError unless the context trains with its own SGD (``lr``): a method whose
+    update rule needs the learning rate (SCAFFOLD's option II, APFL's clipped mixing weight)."""
+    if ctx.optimizer is not None or ctx.lr is None:
+        raise ValueError(f"{name} needs the context's SGD learning rate `lr`, not an optimizer")

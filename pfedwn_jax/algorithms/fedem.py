@@ -33,9 +33,9 @@ import jax.numpy as jnp
 
 from pfedwn_jax import em
 from pfedwn_jax._checks import check_int, set_fields
-from pfedwn_jax.algorithms._mixing import group_average
 from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register, static
 from pfedwn_jax.algorithms.common import init_clients, local_update
+from pfedwn_jax.algorithms.mixing import group_average
 from pfedwn_jax.algorithms.phases import Phase, Sizes, evaluation, mixing, plus, training
 from pfedwn_jax.engine import ClientState, cross_evaluate
 

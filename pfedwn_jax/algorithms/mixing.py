@@ -1,4 +1,10 @@
-"""Gossip pieces shared by the decentralized and clustered methods (pure, jittable).
+"""Averaging over the delivered neighbors, shared by the methods (pure, jittable).
+
+The group average (FedAvg's aggregate, used by SCAFFOLD, FedDyn, FedNova, the server
+optimizers) and the gossip pieces of the decentralized and clustered methods. A stale link
+(``stale=True``) hands over the last *model* received over it (``neighbor_models``); side
+values (control variates, push-sum's weights) are not cached, so they are averaged over the
+links that delivered this round only (``fresh_mask``, ``fresh_average``).
 
 Inside a round ``ctx.neighbor_mask`` holds the links whose model the slot may combine (what
 arrived, or with ``stale`` links a last copy); ``listed_mask`` is the mask the selection
@@ -15,7 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from pfedwn_jax.algorithms.base import RoundContext
-from pfedwn_jax.algorithms.common import neighbor_models
+from pfedwn_jax.algorithms.common import group_average_weights, neighbor_models
 from pfedwn_jax.engine import mix_sparse
 from pfedwn_jax.engine.gossip import metropolis_weights
 
@@ -36,6 +42,20 @@ def fresh_mask(ctx: RoundContext) -> jax.Array:
     if links is None or getattr(links, "source", None) is None:
         return mask
     return mask & (links.source < ctx.num_slots)
+
+
+def group_average(params: Any, ctx: RoundContext) -> Any:
+    """``[S, ...]``: each slot's sample-weighted mean of the models ``params [S, ...]`` its
+    neighbor list delivered (stale copies included): FedAvg's aggregate."""
+    weights = group_average_weights(ctx.neighbors, ctx.neighbor_mask, ctx.num_samples)
+    return gossip(params, ctx, weights)
+
+
+def fresh_average(values: Any, ctx: RoundContext) -> Any:
+    """``[S, ...]``: each slot's sample-weighted mean of ``values [S, ...]`` over the entries
+    of its list that arrived this round (itself included)."""
+    weights = group_average_weights(ctx.neighbors, fresh_mask(ctx), ctx.num_samples)
+    return mix_sparse(values, jnp.asarray(ctx.neighbors), weights, shards=ctx.shards)
 
 
 def mh_weights(ctx: RoundContext) -> jax.Array:

@@ -28,9 +28,9 @@ import jax.numpy as jnp
 import optax
 
 from pfedwn_jax._checks import check_float, check_int, set_fields
-from pfedwn_jax.algorithms._mixing import group_average
 from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register, static
 from pfedwn_jax.algorithms.common import init_clients, local_update, train_loss_record
+from pfedwn_jax.algorithms.mixing import group_average
 from pfedwn_jax.engine import ClientState, default_loss
 
 

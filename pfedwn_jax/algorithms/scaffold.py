@@ -21,7 +21,7 @@ clients and update ``c`` by ``|S|/N`` of the mean change; with every neighbor ta
 sample-count weights ``p_sj`` (as this package's FedAvg) so that the limit above holds. Each
 slot averages its neighbors' models, which started from their own group models (in the paper
 every client starts from the one server model; in single-target mode they coincide). A stale
-link hands over a cached model but no control variate (``_mixing``). Option II needs the SGD
+link hands over a cached model but no control variate (``mixing``). Option II needs the SGD
 learning rate: the context's ``lr`` (a custom ``optimizer`` is refused); with momentum the
 same formula is used, as PFLlib does.
 """
@@ -34,9 +34,15 @@ import jax
 import jax.numpy as jnp
 
 from pfedwn_jax._checks import check_float, set_fields
-from pfedwn_jax.algorithms._mixing import check_sgd, fresh_average, group_average
 from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register
-from pfedwn_jax.algorithms.common import eval_own, init_clients, local_update, train_loss_record
+from pfedwn_jax.algorithms.common import (
+    check_sgd,
+    eval_own,
+    init_clients,
+    local_update,
+    train_loss_record,
+)
+from pfedwn_jax.algorithms.mixing import fresh_average, group_average
 from pfedwn_jax.engine import ClientState, default_loss
 
 

@@ -28,7 +28,6 @@ import jax
 import optax
 
 from pfedwn_jax._checks import check_float, set_fields
-from pfedwn_jax.algorithms._mixing import group_average
 from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register
 from pfedwn_jax.algorithms.common import (
     eval_own,
@@ -36,6 +35,7 @@ from pfedwn_jax.algorithms.common import (
     local_update,
     train_loss_record,
 )
+from pfedwn_jax.algorithms.mixing import group_average
 from pfedwn_jax.engine import ClientState
 
 
