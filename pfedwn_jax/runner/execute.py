@@ -148,6 +148,7 @@ class Job:
     def _run(self) -> None:
         restored = self._restore()
         self._replay()
+        self._start_writers()
         todo = [
             (gi, name)
             for gi in range(len(self.groups))
@@ -186,7 +187,22 @@ class Job:
             return
         for entry, arrays in self.ckpt.blocks():
             gi, name, start, n, seconds = entry
-            self._add(int(gi), name, int(start), int(n), arrays, float(seconds), save=False)
+            kept = self._add(int(gi), name, int(start), int(n), arrays, float(seconds), save=False)
+            self._queue(name, kept)
+
+    def _start_writers(self) -> None:
+        """The writers that keep a ledger start (a resumed job's put back as their ledger
+        saw them), then get the replayed rounds their files lack, in the order they ran."""
+        resumed = self.ckpt is not None and self.ckpt.saved is not None
+        keeping = [w for w in self.opt.writers if hasattr(w, "start")]
+        for writer in keeping:
+            writer.start(resumed)
+        replayed, self.unsent = self.unsent, []
+        for run, name, lo, hi in replayed:
+            lacking = [w for w in keeping if w.ledger.last(run, name) < hi]
+            event = self._event(run, name, lo, hi) if lacking else None
+            for writer in lacking:
+                writer.log(event)
 
     def _method(self, gi: int, name: str, state: Any, start: int, after: Any = None) -> None:
         """Rounds `start ..` of method `name` for the runs of program `gi`; the program of
