@@ -13,7 +13,7 @@ from helpers import TINY_RUN, read_events
 
 import pfedwn_jax
 from pfedwn_jax.experiment import ExperimentConfig
-from pfedwn_jax.runner import execute
+from pfedwn_jax.runner import sinks
 from pfedwn_jax.runner.checkpoint import Checkpoint
 from pfedwn_jax.runner.ledger import Ledger
 from pfedwn_jax.runner.writers import CSVWriter, TensorBoardWriter
@@ -80,7 +80,7 @@ def kill_at(monkeypatch, commits: int, *, mid_write: bool = False) -> None:
 
     wrote_once = Ledger.wrote
     monkeypatch.setattr(Checkpoint, "commit", counted)
-    monkeypatch.setattr(execute.Job, "_flush", lambda self: None)
+    monkeypatch.setattr(sinks.Writers, "close", lambda self: None)
     if mid_write:
         monkeypatch.setattr(Ledger, "wrote", wrote)
 
