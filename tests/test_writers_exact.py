@@ -73,10 +73,10 @@ def kill_at(monkeypatch, commits: int, *, mid_write: bool = False) -> None:
         if done["commits"] == commits and not mid_write:
             raise Killed
 
-    def wrote(self, event):
+    def wrote(self, event, path=None):
         if done["commits"] >= commits:
             raise Killed
-        wrote_once(self, event)
+        wrote_once(self, event, path)
 
     wrote_once = Ledger.wrote
     monkeypatch.setattr(Checkpoint, "commit", counted)

@@ -29,6 +29,7 @@ class Ledger:
     def __init__(self, path: Path, files: Callable[[], Iterable[Path]]) -> None:
         self.path, self.files = Path(path), files
         self.done: dict[str, int] = {}
+        self.sizes: dict[str, int] = {}  # file (relative to `path`'s folder) -> bytes
 
     def start(self, resumed: bool) -> None:
         """A fresh job: nothing written yet (the files as they are now). A resumed one: the
@@ -42,6 +43,9 @@ class Ledger:
             self.done = {k: int(v) for k, v in saved["rounds"].items()}
             sizes = {self.path.parent / k: int(v) for k, v in saved["sizes"].items()}
             _restore(self.files(), sizes)
+        base = self.path.parent
+        files = [p for p in self.files() if p.is_file()]
+        self.sizes = {str(p.relative_to(base)): p.stat().st_size for p in files}
         self.save()
 
     def _load(self) -> dict[str, Any] | None:
@@ -73,18 +77,18 @@ class Ledger:
         """The last round of `run` and `method` written (0: none)."""
         return self.done.get(f"{run}/{method}", 0)
 
-    def wrote(self, event: Any) -> None:
-        """`event`'s rounds are in the (flushed) files: saved."""
+    def wrote(self, event: Any, path: Path | None = None) -> None:
+        """`event`'s rounds are in the (flushed) file `path` (None: in no file): saved."""
         if len(event.rounds):
             self.done[f"{event.run}/{event.method}"] = int(event.rounds[-1])
+            if path is not None:
+                self.sizes[str(path.relative_to(self.path.parent))] = path.stat().st_size
             self.save()
 
     def save(self) -> None:
-        base = self.path.parent
-        sizes = {str(p.relative_to(base)): p.stat().st_size for p in self.files() if p.is_file()}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps({"rounds": self.done, "sizes": sizes}))
+        tmp.write_text(json.dumps({"rounds": self.done, "sizes": self.sizes}))
         os.replace(tmp, self.path)
 
 

@@ -190,7 +190,7 @@ class CSVWriter:
                 self._row({**head, "round": int(rnd), "name": name, "value": repr(value)})
         if self._file is not None:
             self._file.flush()
-        self.ledger.wrote(event)
+        self.ledger.wrote(event, self.path)
 
     def _row(self, row: dict[str, Any]) -> None:
         if self._writer is None:
@@ -263,7 +263,7 @@ class TensorBoardWriter:
             for tag, values in histograms(event, j).items():
                 w.histogram(tag, values, int(rnd))
         w.flush()
-        self.ledger.wrote(event)
+        self.ledger.wrote(event, w.path)
 
     def _writer(self, event: Logged) -> Any:
         key = (event.run, event.method)
@@ -292,6 +292,7 @@ class _EventFile:
         self.summary = importlib.import_module("tensorboardX.summary")
         files = importlib.import_module("tensorboardX.event_file_writer")
         self.file = files.EventsWriter(str(where / "events"), suffix)
+        self.path = Path(self.file._file_name)
         self._write(first, session_log=self.pb.SessionLog(status=self.pb.SessionLog.START))
 
     def _write(self, step: int, **fields: Any) -> None:
