@@ -181,14 +181,11 @@ class Job:
         rounds = group.exps[0].config.rounds
         template, (hp, hp_axes) = init_states(group, name, self.mesh)
         state = template if state is None else state
-        key = axes_key(group, state, hp_axes)
-        dims, kmax = (len(group.ids), group.shapes.slots), self.kmax(rounds)
-        program = block_program(alg, kmax, self._records(), key, self.mesh, *dims)
-        args = (group.ctx, group.evals, hp, group.round_roots)
+        program, args, key, dims = self._program(group, name, state, hp, hp_axes)
         compiled = self._compile(gi, name, program, state, args)
         if after is not None and jax.process_count() == 1:
             self.ahead.start(after, functools.partial(self._lower, *after))
-        sizes = Blocks(rounds, self.opt.block, kmax, self.opt.block_seconds)
+        sizes = Blocks(rounds, self.opt.block, self.kmax(rounds), self.opt.block_seconds)
         if 0 < start < rounds:  # times from here on are this process's
             for run in group.real_ids:
                 self.table.track(run, name).resumed_at.append(start)
@@ -224,13 +221,17 @@ class Job:
         group = self.groups.group
         assert group is not None and self.groups.at == gi  # the runs of the current program
         state, (hp, hp_axes) = state_shapes(group, name, self.mesh)
+        program, args, _, _ = self._program(group, name, state, hp, hp_axes)
+        return program.lower(state, *args, np.int32(0), np.int32(1)).compile()
+
+    def _program(self, group: Group, name: str, state: Any, hp: Any, hp_axes: Any) -> tuple:
+        """Method `name`'s block program for `group`'s runs from `state` (or its shapes):
+        `(program, args after the state, axes key, dims)`."""
         key = axes_key(group, state, hp_axes)
         dims = (len(group.ids), group.shapes.slots)
-        rounds = group.exps[0].config.rounds
-        alg = get_algorithm(name)
-        program = block_program(alg, self.kmax(rounds), self._records(), key, self.mesh, *dims)
-        args = (group.ctx, group.evals, hp, group.round_roots)
-        return program.lower(state, *args, np.int32(0), np.int32(1)).compile()
+        kmax = self.kmax(group.exps[0].config.rounds)
+        program = block_program(get_algorithm(name), kmax, self._records(), key, self.mesh, *dims)
+        return program, (group.ctx, group.evals, hp, group.round_roots), key, dims
 
     def _compile(self, gi: int, name: str, program: Any, state: Any, args: tuple) -> Any:
         """The block program, compiled ahead (`ahead`) or here; its seconds counted."""
