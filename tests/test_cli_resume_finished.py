@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from pfedwn_jax.cli import main
 
 FLAGS = [
@@ -30,3 +32,20 @@ def test_resume_of_a_finished_run_keeps_its_results(tmp_path, capsys, monkeypatc
     except AssertionError as e:
         code = str(e)
     assert code != 0
+
+
+def test_resume_of_a_finished_sweep_keeps_its_results(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "sweep"
+    base = [f for f in FLAGS[:-2] if f not in ("--lr", "0.1")]
+    sweep = ["sweep", *base, "--seeds", "0-1", "--no-progress", "--out", str(out)]
+    assert main([*sweep, "--grid", "lr=0.1,0.2"]) == 0
+    before = (out / "sweep.json").read_bytes()
+    capsys.readouterr()
+    import pfedwn_jax.api as api
+
+    monkeypatch.setattr(api, "sweep", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran")))
+    assert main([*sweep, "--grid", "lr=0.1,0.2", "--resume"]) == 0
+    assert "nothing to resume" in capsys.readouterr().out
+    assert (out / "sweep.json").read_bytes() == before
+    with pytest.raises(AssertionError, match="ran"):  # another grid is another job
+        main([*sweep, "--grid", "lr=0.3", "--resume"])

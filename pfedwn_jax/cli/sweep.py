@@ -61,7 +61,9 @@ from pfedwn_jax.distributed import is_writer
 from pfedwn_jax.experiment import ExperimentConfig
 from pfedwn_jax.experiment.grid import GRID_FIELDS, RunSpec, expand, parse_grid_arg, parse_seeds
 from pfedwn_jax.io import check_writable_dir, check_writable_file
-from pfedwn_jax.runner.checkpoint import remove
+from pfedwn_jax.results.result import to_jsonable
+from pfedwn_jax.results.sweep import SweepResult
+from pfedwn_jax.runner.checkpoint import holds_checkpoint, remove
 
 CHECKPOINT = "checkpoint"  # a directory under --out (the sweep library's format)
 DEFAULT_SEEDS = "0"
@@ -209,6 +211,20 @@ def sweep_options(args: argparse.Namespace) -> SweepOptions:
     return SweepOptions(config, seeds, grid, zip_, block, runs)
 
 
+def _finished(opts: SweepOptions, out: Path) -> bool:
+    """Whether `out` holds the results of the sweep `opts` and no checkpoint (it finished)."""
+    if holds_checkpoint(out / CHECKPOINT):
+        return False
+    try:
+        meta = SweepResult.load(out).meta
+    except (OSError, ValueError, KeyError):
+        return False
+    about: dict[str, Any] = {"config": opts.config.to_dict()}
+    about |= {"seeds": sorted({s.seed for s in opts.runs})}
+    about |= {"grid": {k: list(v) for k, v in (opts.grid or {}).items()}, "zip": opts.zip}
+    return all(meta.get(k) == v for k, v in to_jsonable(about).items())
+
+
 def _written(paths: Any, out: Path) -> list[str]:
     """What `SweepResult.save` returned (paths, a mapping of them, or one) as strings."""
     if isinstance(paths, Mapping):
@@ -242,6 +258,9 @@ def _mesh() -> Any:
 def main(args: argparse.Namespace) -> int:
     opts = sweep_options(args)
     out: Path = check_writable_dir(args.out, "--out")
+    if args.resume and _finished(opts, out):  # a finished job has no checkpoint left
+        print(f"nothing to resume: the sweep in {out} finished; its results: {out / 'sweep.json'}")
+        return 0
     for name in ("rows.csv", "sweep.json", "summary.json", "curves.png", "records.npz"):
         check_writable_file(out / name, "output file")  # before any training
     mesh = _mesh()

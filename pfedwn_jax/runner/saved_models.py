@@ -114,6 +114,14 @@ class ModelSaver:
                 ", ".join(f"{m} (program {g})" for g, m in missing),
             )
 
+    def add(self, block: Any, out: Any) -> None:
+        """A sink of the driver (`runner.sinks`): a method's models at its last block."""
+        if block.finished:
+            self.save(block.gi, block.name, block.params())
+
+    def close(self) -> None:
+        pass
+
     def save(self, program: int, method: str, params: Any) -> None:
         """The final models `[R, S, ...]` of `method` for program `program` (every process
         calls it: the save is a collective); `models.json` then lists the pair."""

@@ -3,12 +3,14 @@
 A writer has `log(event)` and `close()`. `Logged` carries one run's rounds of one method: the
 run's labels (seed, swept values), its config, the rounds, every registered metric, the
 per-slot arrays, the kept records and the slots' layout (targets, data clients, neighbor
-lists). The driver sends each round exactly once: with a checkpoint, only rounds whose
-checkpoint step is complete on disk (a resumed run replays its committed rounds into the
-results without sending them again, and rounds after the last commit are computed and sent
-anew); without one, after each block. A writer whose `live` attribute is True (the `callback`
-of `run`) gets every block at once instead, committed or not: it is a hook to watch or stop a
-run, not a log.
+lists). With a checkpoint the driver sends a round once its checkpoint step is complete on
+disk; without one, after each block. The built-in writers keep a `ledger.Ledger` beside their
+files: the driver calls `start(resumed)` first, and a resumed job sends every committed
+round again, of which each writer writes only those its files lack (its files first cut back
+to the ledger's sizes), so CSV and TensorBoard files hold every round exactly once wherever
+a kill lands (W&B, which cannot cut back, at most repeats the rounds of one write). A writer
+whose `live` attribute is True (the `callback` of `run`) gets every block at once instead,
+committed or not: it is a hook to watch or stop a run, not a log.
 
 Built in, each writing what `scalars` and `histograms` give per round:
 
@@ -26,12 +28,14 @@ In a job over several processes only process 0 writes (`distributed.is_writer`).
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import importlib
 import itertools
 import math
 import os
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
@@ -41,6 +45,7 @@ import numpy as np
 from pfedwn_jax._checks import split_list
 from pfedwn_jax.distributed import is_writer
 from pfedwn_jax.io import check_writable_file
+from pfedwn_jax.runner.ledger import Ledger
 
 
 class Logged(NamedTuple):
@@ -161,16 +166,33 @@ class CSVWriter:
         self.path, self.append = check_writable_file(path, "metrics CSV"), bool(append)
         self._file: Any = None
         self._writer: Any = None
+        self.ledger = Ledger(self.path.with_name(f".{self.path.name}.written"), self._files)
 
-    def log(self, event: Logged) -> None:
+    def _files(self) -> list[Path]:
+        return [self.path]
+
+    def start(self, resumed: bool) -> None:
+        """A fresh job empties the file (unless `append`); a resumed one adds to it."""
         if not is_writer():
             return
+        self.append = self.append or resumed
+        if not self.append:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_bytes(b"")
+        self.ledger.start(resumed)
+
+    def log(self, event: Logged) -> None:
+        new = self.ledger.new(event) if is_writer() else None
+        if new is None:
+            return
+        event = new
         head = {"run": event.run, **event.labels, "method": event.method}
         for j, rnd in enumerate(event.rounds):
             for name, value in scalars(event, j).items():
                 self._row({**head, "round": int(rnd), "name": name, "value": repr(value)})
         if self._file is not None:
             self._file.flush()
+        self.ledger.wrote(event, self.path)
 
     def _row(self, row: dict[str, Any]) -> None:
         if self._writer is None:
@@ -216,25 +238,36 @@ class TensorBoardWriter:
     TensorBoard overlays the methods and runs of a tag (`target_accuracy`, `pi/client_3`,
     ...) in one chart, with histograms of client accuracy and pi.
 
-    Written by tensorboardX (no TensorFlow). Each (run, method) writer starts with
-    `purge_step` = its first round logged in this process, so TensorBoard hides what an
-    earlier job in the same directory logged from that round on (a rerun replaces it)."""
+    Written with tensorboardX's event protos (no TensorFlow), as they are logged (so the ledger
+    knows what is on disk). Each (run, method) file starts with a `purge_step` event at its
+    first round logged in this process, so TensorBoard hides what an earlier job in the same
+    directory logged from that round on (a rerun replaces it)."""
 
     def __init__(self, logdir: str | Path) -> None:
         self.logdir = Path(logdir)
         self._tbx = _optional("tensorboardX", "tensorboard", "TensorBoardWriter")
         self._open: dict[tuple[int, str], Any] = {}
+        self.ledger = Ledger(self.logdir / ".written", self._files)
+
+    def _files(self) -> list[Path]:
+        return sorted(self.logdir.rglob("events.out.tfevents.*"))
+
+    def start(self, resumed: bool) -> None:
+        self.ledger.start(resumed)
 
     def log(self, event: Logged) -> None:
-        if not is_writer() or len(event.rounds) == 0:
+        new = self.ledger.new(event) if is_writer() else None
+        if new is None:
             return
+        event = new
         w = self._writer(event)
         for j, rnd in enumerate(event.rounds):
             for tag, value in scalars(event, j).items():
-                w.add_scalar(tag, value, int(rnd))
+                w.scalar(tag, value, int(rnd))
             for tag, values in histograms(event, j).items():
-                w.add_histogram(tag, values, int(rnd))
+                w.histogram(tag, values, int(rnd))
         w.flush()
+        self.ledger.wrote(event, w.path)
 
     def _writer(self, event: Logged) -> Any:
         key = (event.run, event.method)
@@ -243,15 +276,53 @@ class TensorBoardWriter:
             # tensorboardX names a file by the second and the host alone: a resumed job's
             # writer opened within the same second would overwrite the interrupted one's
             suffix = f".{os.getpid()}.{next(_EVENT_FILES)}"
-            self._open[key] = self._tbx.SummaryWriter(
-                str(where), purge_step=int(event.rounds[0]), filename_suffix=suffix
-            )
+            self._open[key] = _EventFile(where, int(event.rounds[0]), suffix)
         return self._open[key]
 
     def close(self) -> None:
         for w in self._open.values():
             w.close()
         self._open.clear()
+
+
+class _EventFile:
+    """One TensorBoard event file written when called (tensorboardX's `SummaryWriter` writes
+    from a thread that its `flush` does not wait for), starting like a
+    `SummaryWriter(purge_step=first)`'s; histograms in its default buckets."""
+
+    def __init__(self, where: Path, first: int, suffix: str) -> None:
+        where.mkdir(parents=True, exist_ok=True)
+        self.pb = importlib.import_module("tensorboardX.proto.event_pb2")
+        self.summary = importlib.import_module("tensorboardX.summary")
+        files = importlib.import_module("tensorboardX.event_file_writer")
+        self.file = files.EventsWriter(str(where / "events"), suffix)
+        self.path = Path(self.file._file_name)
+        self._write(first, session_log=self.pb.SessionLog(status=self.pb.SessionLog.START))
+
+    def _write(self, step: int, **fields: Any) -> None:
+        self.file.write_event(self.pb.Event(wall_time=time.time(), step=step, **fields))
+
+    def scalar(self, tag: str, value: float, step: int) -> None:
+        self._write(step, summary=self.summary.scalar(tag, value))
+
+    def histogram(self, tag: str, values: np.ndarray, step: int) -> None:
+        self._write(step, summary=self.summary.histogram(tag, values, _buckets()))
+
+    def flush(self) -> None:
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
+
+
+@functools.cache
+def _buckets() -> list[float]:
+    """`SummaryWriter`'s default histogram bucket edges: +-1e-12 * 1.1**k up to 1e20, and 0."""
+    edges, v = [], 1e-12
+    while v < 1e20:
+        edges.append(v)
+        v *= 1.1
+    return [-e for e in reversed(edges)] + [0.0] + edges
 
 
 # --------------------------------------------------------------------------- Weights & Biases
@@ -286,10 +357,17 @@ class WandbWriter:
         self.init_kwargs = init_kwargs
         self._runs: dict[int, Any] = {}
         self._methods: set[tuple[int, str]] = set()
+        where = Path(dir if dir is not None else ".") / f".wandb-{project}-{group}.written"
+        self.ledger = Ledger(where, lambda: [])
+
+    def start(self, resumed: bool) -> None:
+        self.ledger.start(resumed)
 
     def log(self, event: Logged) -> None:
-        if not is_writer() or len(event.rounds) == 0:
+        new = self.ledger.new(event) if is_writer() else None
+        if new is None:
             return
+        event = new
         run = self._run(event)
         if (event.run, event.method) not in self._methods:
             run.define_metric(f"{event.method}/round")
@@ -301,6 +379,7 @@ class WandbWriter:
             for tag, values in histograms(event, j).items():
                 row[f"{event.method}/{tag}"] = self._wandb.Histogram(values)
             run.log(row)
+        self.ledger.wrote(event)
 
     def _run(self, event: Logged) -> Any:
         if event.run not in self._runs:
