@@ -19,6 +19,7 @@ import pytest
 from helpers import CLASSES, SHAPE
 from hypothesis import HealthCheck, settings
 
+from pfedwn_jax.algorithms import family_representatives, get_algorithm
 from pfedwn_jax.devices import use_cpu_devices
 from pfedwn_jax.models import get_model
 
@@ -44,8 +45,33 @@ def accelerator() -> str | None:
     return None if backend == "cpu" else backend
 
 
+# The per-method test files of the field's further methods: a test there runs in the quick
+# tier only when it names its family's representative (the first registered method of the
+# family, `algorithms.family_representatives()`); every other method's tests run in the slow
+# tier (`make test-slow`), which keeps `make test` within its budget on 2 cores.
+PER_METHOD_FILES = frozenset(
+    f"test_algorithms_{family}.py"
+    for family in (
+        "regularized",
+        "traditional",
+        "mixture",
+        "splitting",
+        "paggregation",
+        "moon",
+        "decentralized",
+        "clustered",
+    )
+)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip `gpu`-marked tests, saying why, when JAX has no accelerator."""
+    """Mark slow the per-method tests of non-representative methods (`PER_METHOD_FILES`);
+    skip `gpu`-marked tests, saying why, when JAX has no accelerator."""
+    reps = [r for r in family_representatives() if not get_algorithm(r).default]
+    for item in items:
+        if item.path.name in PER_METHOD_FILES and not any(r in item.name for r in reps):
+            item.add_marker(pytest.mark.slow)
     gpu_items = [item for item in items if item.get_closest_marker("gpu")]
     if gpu_items and accelerator() is None:
         skip = pytest.mark.skip(

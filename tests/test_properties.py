@@ -219,6 +219,7 @@ seed_st = st.integers(0, 2**32 - 1)
 channel_values = {
     f.name: st.integers(1, 64) if isinstance(f.default, int) else st.floats(1e-3, 1e3)
     for f in dataclasses.fields(ChannelParams)
+    if f.name not in ("fading", "shadowing_db")  # config fields of their own
 }
 
 

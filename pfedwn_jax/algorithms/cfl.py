@@ -40,6 +40,7 @@ from pfedwn_jax._checks import check_float, check_int, set_fields
 from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register
 from pfedwn_jax.algorithms.common import group_average_weights, init_clients, local_update
 from pfedwn_jax.algorithms.mixing import fresh_mask, gossip
+from pfedwn_jax.algorithms.phases import Phase, Sizes, baseline
 from pfedwn_jax.engine import ClientState, flatten_slots
 
 #: Most slots whose clusters CFL splits (the dense similarities and an O(S^3) clustering).
@@ -149,6 +150,14 @@ def _round(
     return CFLState(clients, cluster, state.round + 1, metrics["loss"]), trained.params
 
 
+def memory_phases(sz: Sizes, hp: Any) -> list[Phase]:
+    """The baseline's phases and the split: the trained and start models flattened, their
+    difference, the clusters' mean update and the unit updates (`[S, P]` float32 each),
+    and the `[S, S]` cosine similarities with the linkage's copies."""
+    split = Phase("CFL split", 0, 5 * sz.slots * sz.param + 3 * 4 * sz.slots**2)
+    return [*baseline(sz, hp), split]
+
+
 def _eval(state: CFLState, ctx: RoundContext, hp: CFLHParams) -> Any:
     return state.clients.params
 
@@ -171,5 +180,6 @@ CFL = register(
         description="CFL: split a stalled cluster by the cosine similarity of its updates",
         family="clustered",
         default=False,
+        memory_phases=memory_phases,
     )
 )

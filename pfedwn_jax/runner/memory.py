@@ -162,6 +162,13 @@ def _motion(ctx: RoundContext) -> list[Phase]:
     return [Phase("mobility", 0, 17 * ctx.num_slots * entries + 16 * PERR_CHUNK_ELEMENTS)]
 
 
+def _round_metrics(sz: Sizes) -> list[Phase]:
+    """The per-slot metrics of every round (`results.metrics.SLOT_METRICS`): the consensus
+    deviation holds each slot's component mean beside its model and their difference,
+    `[S, P]` float32 each."""
+    return [Phase("round metrics", 0, 2 * sz.slots * sz.param)]
+
+
 # --------------------------------------------------------------------------- estimate
 def _concrete(x: Any) -> bool:
     """`x` holds values (an array), not only a shape (`ShapeDtypeStruct`, tracer)."""
@@ -269,7 +276,7 @@ def estimate(
     state = _abstract_state(alg, hp, ctx)
     sz = _sizes(ctx, test, state, chunk)
     params, optimizer, own_state = _state_bytes(state, sz)
-    phases = (alg.memory_phases or baseline)(sz, hp) + _motion(ctx)
+    phases = (alg.memory_phases or baseline)(sz, hp) + _motion(ctx) + _round_metrics(sz)
     # copies and activations: those of the phase holding the most; the phases run one
     # after another and XLA reuses one loop's buffers in the next (the CNN's EM and
     # evaluation, 4.1 and 2.8 GiB by the plan, took 4.0 GiB of temporaries together)
