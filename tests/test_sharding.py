@@ -37,8 +37,20 @@ def model():
     return get_model("mlp", 3, (4, 4, 1))
 
 
-@pytest.mark.parametrize("num_slots", [5, 6])  # padded to 6 / an exact split
-@pytest.mark.parametrize(("strategy", "chunk"), [("map", None), ("vmap", None), ("chunked", 2)])
+SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize(
+    ("strategy", "chunk", "num_slots"),  # 5 slots padded to 6, or 6: an exact split
+    [
+        ("map", None, 5),
+        pytest.param("map", None, 6, marks=SLOW),
+        ("vmap", None, 6),
+        pytest.param("vmap", None, 5, marks=SLOW),
+        ("chunked", 2, 5),
+        pytest.param("chunked", 2, 6, marks=SLOW),
+    ],
+)
 def test_two_shards_equal_one(model, num_slots, strategy, chunk):
     """Momentum state, sample weights, aux (a prox loss), an inactive slot and per-slot keys:
     splitting the slots over two devices changes no bit of the result with `map` (each slot
@@ -224,15 +236,17 @@ def test_a_user_chosen_device_count_is_read_not_queried(monkeypatch, env, want):
     assert use_cpu_devices() == want
 
 
-def test_runs_and_slots_both_split_equal_one_device():
+@pytest.mark.parametrize(
+    "methods", [["pfedwn"], pytest.param(["perfedavg", "pfedwn"], marks=SLOW)], ids=len
+)
+def test_runs_and_slots_both_split_equal_one_device(methods):
     """A sweep of 4 runs on a 2 x 2 mesh (runs over two rows, each run's slots over the two
-    devices of its row; a process of 4 CPU devices) gives the 1-device numbers, for a method
-    whose loss and optimizer close over per-run values (Per-FedAvg's alpha, every run's lr,
-    gradients of gradients) and pFedWN's EM."""
+    devices of its row; a process of 4 CPU devices) gives the 1-device numbers: pFedWN's EM in
+    the quick tier, with Per-FedAvg (its loss and optimizer close over per-run values: its
+    alpha, every run's lr, gradients of gradients) in the slow tier."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
     env.pop("JAX_NUM_CPU_DEVICES", None)
     worker = Path(__file__).parent / "mesh_worker.py"
-    methods = ["perfedavg", "pfedwn"]
     out = subprocess.run(
         [sys.executable, str(worker), *methods], env=env, capture_output=True, text=True,
         timeout=600, cwd=Path(__file__).parent,
