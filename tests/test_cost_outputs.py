@@ -22,7 +22,7 @@ from pfedwn_jax.models import get_model
 from pfedwn_jax.runner.writers import TensorBoardWriter
 
 COST = dict(cost=True, retries=1, header_bits=64.0)
-COST_KEYS = ("bits_sent", "airtime_s", "energy_j", "clock_s")
+COST_KEYS = ("bits_sent", "airtime_s", "energy_j", "clock_s", "cumulative_energy_j")
 
 
 def _config(**changes):
@@ -60,8 +60,10 @@ def test_a_run_reports_the_cost_summed_by_hand(one_run):
     np.testing.assert_allclose(rec["airtime_s"], want / rate, rtol=1e-5)
     assert np.all(rec["energy_j"] >= 0.2 * rec["airtime_s"])  # plus the compute energy
     assert np.all(np.diff(m["clock_s"]) > 0)
-    tta = result.summary()["pfedwn"]["time_to_90"]
-    assert tta in set(m["clock_s"])
+    np.testing.assert_allclose(m["cumulative_energy_j"], np.cumsum(m["energy_j"]))
+    summary = result.summary()["pfedwn"]
+    assert summary["time_to_90"] in set(m["clock_s"])
+    assert summary["energy_to_90"] in set(m["cumulative_energy_j"])
 
 
 def test_tensorboard_receives_the_cost_of_every_round(one_run):
@@ -102,8 +104,8 @@ def test_a_sweep_over_threshold_power_and_deadline_is_one_program_equal_to_its_r
         sel = result.rows["run"] == spec.index
         for key in ("target_accuracy", *COST_KEYS):
             np.testing.assert_allclose(result.rows[key][sel], own[key], rtol=1e-5, err_msg=key)
-    ends = [e["time_to_90_mean"] for e in result.summary()]
-    assert len(ends) == 2 and all(np.isfinite(ends))
+    ends = [e[f"{k}_to_90_mean"] for e in result.summary() for k in ("time", "energy")]
+    assert len(ends) == 4 and all(np.isfinite(ends))
 
 
 @pytest.mark.parametrize(
