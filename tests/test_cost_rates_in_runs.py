@@ -12,11 +12,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import TINY_RUN
+from helpers import TINY_RUN, VARIED_RUN
 
 import pfedwn_jax
 from pfedwn_jax import ExperimentConfig
 from pfedwn_jax.algorithms import RoundContext, neighbor_lists
+from pfedwn_jax.experiment.grid import expand, run_config
 from pfedwn_jax.experiment.link_setup import Links
 from pfedwn_jax.runner.links import LINK_SALT, begin_round
 from pfedwn_jax.wireless import ChannelParams
@@ -149,6 +150,7 @@ def test_the_one_pass_draw_is_the_success_draw_and_the_sinr_draw():
         np.testing.assert_array_equal(sinr, physical_sinr(*args))
 
 
+VARIED_RUN_CHANGES = {k: v for k, v in VARIED_RUN.items() if TINY_RUN.get(k) != v}
 RUN = {**TINY_RUN, "rounds": 2, "algorithms": ("pfedwn",), "link_model": "physical", "cost": True}
 
 
@@ -184,3 +186,18 @@ def test_shannon_changes_only_the_cost_and_mcs_drops_links_below_its_table():
 def test_an_sinr_rate_model_without_the_physical_draw_names_both_fields(rate_model, link_model):
     with pytest.raises(ValueError, match=rf"rate_model='{rate_model}'.*link_model='physical'"):
         ExperimentConfig(**{**RUN, "link_model": link_model}, rate_model=rate_model)
+
+
+@pytest.mark.slow
+def test_a_sweep_with_mcs_rates_is_one_program_equal_to_its_runs():
+    """Seeds 0 and 3 select 2 and 3 neighbors: padded slots share the program (no SINR, no
+    link); a 30 ms deadline makes stragglers of slow links."""
+    config = ExperimentConfig(**{**RUN, **VARIED_RUN_CHANGES}, rate_model="mcs", retries=1)
+    grid = {"deadline_s": [math.inf, 0.03]}
+    result = pfedwn_jax.sweep(config, seeds="0,3", grid=grid, progress=False)
+    assert result.meta["programs"] == 1
+    for spec in expand(config, "0,3", grid):
+        own = pfedwn_jax.run(run_config(config, spec), progress=False).methods["pfedwn"]
+        sel = result.rows["run"] == spec.index
+        for key in ("target_accuracy", "airtime_s", "clock_s", "cumulative_energy_j"):
+            np.testing.assert_allclose(result.rows[key][sel], own[key], rtol=1e-5, err_msg=key)
