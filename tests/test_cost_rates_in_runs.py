@@ -17,6 +17,7 @@ from helpers import TINY_RUN, VARIED_RUN
 import pfedwn_jax
 from pfedwn_jax import ExperimentConfig
 from pfedwn_jax.algorithms import RoundContext, neighbor_lists
+from pfedwn_jax.experiment.cost_config import cost_params
 from pfedwn_jax.experiment.grid import expand, run_config
 from pfedwn_jax.experiment.link_setup import Links
 from pfedwn_jax.runner.links import LINK_SALT, begin_round
@@ -97,12 +98,20 @@ RATES = {
 KEYS = jax.random.split(jax.random.key(3), 6)
 
 
-def _rounds(rate_model: str) -> tuple:
-    """The round's context and records for each of `KEYS` (one program)."""
-    return jax.jit(jax.vmap(lambda k: begin_round(_context(rate_model), None, k)[:2]))(KEYS)
-
-
 @functools.cache
+def _all_rounds() -> dict:
+    """Rate model -> the round's context and records for each of `KEYS` (one program)."""
+
+    def rounds(key: jax.Array) -> dict:
+        return {rate: begin_round(_context(rate), None, key)[:2] for rate in RATES}
+
+    return jax.jit(jax.vmap(rounds))(KEYS)
+
+
+def _rounds(rate_model: str) -> tuple:
+    return _all_rounds()[rate_model]
+
+
 def _threshold_arrivals() -> np.ndarray:
     return np.asarray(_rounds("threshold")[0].neighbor_mask)
 
@@ -143,8 +152,8 @@ def test_a_rounds_airtime_is_each_links_rate_of_its_drawn_sinr(rate_model):
 def test_the_one_pass_draw_is_the_success_draw_and_the_sinr_draw():
     rx = np.repeat(np.arange(S), S).astype(np.int32)
     tx = np.tile(np.arange(S), S).astype(np.int32)
-    for seed in range(3):
-        args = (jax.random.key(seed), POS, rx, tx, np.ones(S, bool), GAMMA)
+    for key in KEYS[:2]:
+        args = (key, POS, rx, tx, np.ones(S, bool), GAMMA)
         got, sinr = physical_draw(*args)
         np.testing.assert_array_equal(got, physical_received(*args))
         np.testing.assert_array_equal(sinr, physical_sinr(*args))
@@ -159,6 +168,12 @@ def _run(rate_model: str) -> dict:
     return pfedwn_jax.run(config, progress=False).methods["pfedwn"]
 
 
+def test_the_config_hands_its_rate_model_to_the_round():
+    config = ExperimentConfig(**RUN, rate_model="mcs")
+    assert cost_params(config).rate_model == "mcs"
+
+
+@pytest.mark.slow  # the quick tier checks the round itself and the config's hand-over
 def test_a_run_prices_its_links_at_the_rate_of_their_sinr():
     entry = _run("shannon")
     airtime, bits = np.asarray(entry["airtime_s"]), np.asarray(entry["bits_sent"])
