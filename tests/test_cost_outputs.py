@@ -6,21 +6,23 @@ threshold and the deadline is one program whose runs equal their own `run()`."""
 from __future__ import annotations
 
 import csv
+import importlib.util
 import io
 import math
 
 import jax
 import numpy as np
 import pytest
-from helpers import VARIED_RUN, toml_text
+from helpers import VARIED_RUN, scalar_series, toml_text
 
 import pfedwn_jax
 from pfedwn_jax import ExperimentConfig, sweep
 from pfedwn_jax.experiment.grid import expand, run_config
 from pfedwn_jax.models import get_model
+from pfedwn_jax.runner.writers import TensorBoardWriter
 
 COST = dict(cost=True, retries=1, header_bits=64.0)
-COST_KEYS = ("bits_sent", "airtime_s", "energy_j", "clock_s")
+COST_KEYS = ("bits_sent", "airtime_s", "energy_j", "clock_s", "cumulative_energy_j")
 
 
 def _config(**changes):
@@ -28,13 +30,19 @@ def _config(**changes):
 
 
 @pytest.fixture(scope="module")
-def one_run():
+def one_run(tmp_path_factory):
+    """A run with the cost counted, logged to TensorBoard where tensorboardX is installed
+    (`tb`: the event folder, else None)."""
     config = _config()
-    return config, pfedwn_jax.run(config, progress=False)
+    tb = None
+    if importlib.util.find_spec("tensorboardX") is not None:
+        tb = tmp_path_factory.mktemp("cost_logs")
+    writers = [] if tb is None else [TensorBoardWriter(tb)]
+    return config, pfedwn_jax.run(config, progress=False, writers=writers), tb
 
 
 def test_a_run_reports_the_cost_summed_by_hand(one_run):
-    config, result = one_run
+    config, result, _ = one_run
     m = result.methods["pfedwn"]
     rec = {k: result.records("pfedwn", k) for k in ("bits_sent", "airtime_s", "energy_j")}
     for key, per_slot in rec.items():  # [R, S] as sender
@@ -52,8 +60,23 @@ def test_a_run_reports_the_cost_summed_by_hand(one_run):
     np.testing.assert_allclose(rec["airtime_s"], want / rate, rtol=1e-5)
     assert np.all(rec["energy_j"] >= 0.2 * rec["airtime_s"])  # plus the compute energy
     assert np.all(np.diff(m["clock_s"]) > 0)
-    tta = result.summary()["pfedwn"]["time_to_90"]
-    assert tta in set(m["clock_s"])
+    np.testing.assert_allclose(m["cumulative_energy_j"], np.cumsum(m["energy_j"]))
+    summary = result.summary()["pfedwn"]
+    assert summary["time_to_90"] in set(m["clock_s"])
+    assert summary["energy_to_90"] in set(m["cumulative_energy_j"])
+
+
+def test_tensorboard_receives_the_cost_of_every_round(one_run):
+    _, result, tb = one_run
+    if tb is None:
+        pytest.skip("tensorboardX is not installed")
+    series = scalar_series(tb / "seed=0" / "pfedwn")
+    entry = result.methods["pfedwn"]
+    for tag in COST_KEYS:
+        steps, values = zip(*series[tag], strict=True)
+        assert steps == (1, 2), tag
+        np.testing.assert_allclose(values, entry[tag], rtol=1e-6, err_msg=tag)
+        assert np.all(np.asarray(values) > 0), tag
 
 
 def test_cost_off_leaves_no_cost_outputs():
@@ -81,8 +104,8 @@ def test_a_sweep_over_threshold_power_and_deadline_is_one_program_equal_to_its_r
         sel = result.rows["run"] == spec.index
         for key in ("target_accuracy", *COST_KEYS):
             np.testing.assert_allclose(result.rows[key][sel], own[key], rtol=1e-5, err_msg=key)
-    ends = [e["time_to_90_mean"] for e in result.summary()]
-    assert len(ends) == 2 and all(np.isfinite(ends))
+    ends = [e[f"{k}_to_90_mean"] for e in result.summary() for k in ("time", "energy")]
+    assert len(ends) == 4 and all(np.isfinite(ends))
 
 
 @pytest.mark.parametrize(

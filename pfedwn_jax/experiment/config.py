@@ -167,7 +167,9 @@ class ExperimentConfig:
       cost: count every round's bits, airtime, energy and simulated clock (the outputs
         `bits_sent`, `airtime_s`, `energy_j`, `clock_s`); ARQ retries and the deadline then
         decide which models arrive. Works with every `link_model` ("ideal" included).
-      rate_model: "threshold" (each link at the Shannon rate of `gamma_th` on its sub-channel).
+      rate_model: "threshold" (each link at the Shannon rate of `gamma_th` on its
+        sub-channel), "shannon" (at the Shannon rate of its SINR) or "mcs" (the 802.11ax MCS
+        its SINR meets); the last two need link_model="physical" (the round's SINR draw).
       reception: "parallel" (every link on its own sub-channel) or "serial" (a receiver takes
         its links one at a time).
       rate_efficiency: fraction of the Shannon rate achieved, in (0, 1].

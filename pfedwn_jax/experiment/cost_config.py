@@ -13,10 +13,11 @@ from typing import Any
 from pfedwn_jax._checks import INT32_MAX, check_bool, check_choice, check_float, check_int
 from pfedwn_jax.wireless.compute import DEVICE_DISTRIBUTIONS, DEVICE_PROFILES
 from pfedwn_jax.wireless.cost import RECEPTIONS, CostParams
+from pfedwn_jax.wireless.rates import RATE_MODELS
 
-#: Rate models a run can use: the per-round link draw hands no SINR to the cost yet, so only
-#: the fixed rate of the SINR threshold ("shannon" and "mcs" need each link's SINR).
-CONFIG_RATE_MODELS = ("threshold",)
+#: Rate models that take each link's rate from its SINR in the round: only the physical
+#: link model draws one (its fading and interference); the others have a P_err only.
+SINR_RATE_MODELS = ("shannon", "mcs")
 
 
 def check_cost(cfg: Any) -> dict[str, Any]:
@@ -32,9 +33,19 @@ def check_cost(cfg: Any) -> dict[str, Any]:
             f"device_profiles must be a non-empty list of {sorted(DEVICE_PROFILES)}; "
             f"got {cfg.device_profiles!r}"
         )
+    cost, rate_model = (
+        check_bool("cost", cfg.cost),
+        check_choice("rate_model", cfg.rate_model, RATE_MODELS),
+    )
+    if cost and rate_model in SINR_RATE_MODELS and cfg.link_model != "physical":
+        raise ValueError(
+            f"rate_model={rate_model!r} takes each link's rate from its SINR, which only "
+            f"link_model='physical' draws; got link_model={cfg.link_model!r} (use "
+            "rate_model='threshold' with it)"
+        )
     return {
-        "cost": check_bool("cost", cfg.cost),
-        "rate_model": check_choice("rate_model", cfg.rate_model, CONFIG_RATE_MODELS),
+        "cost": cost,
+        "rate_model": rate_model,
         "reception": check_choice("reception", cfg.reception, RECEPTIONS),
         "rate_efficiency": check_float(
             "rate_efficiency", cfg.rate_efficiency, 0.0, 1.0, low_inclusive=False

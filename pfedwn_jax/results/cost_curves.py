@@ -38,14 +38,34 @@ def first_reaching(values: Any, spent: Any, target: float, relative: bool = Fals
     return np.where(hit.any(axis=-1), found, np.nan)
 
 
-#: The summaries' time-to-accuracy (`Result.summary`, `SweepResult.summary`): the simulated
-#: seconds (`clock_s`) at which the target accuracy first reaches this fraction of its final
-#: value, under the key `TIME_TO_KEY`.
+#: The summaries' time- and energy-to-accuracy (`Result.summary`, `SweepResult.summary`):
+#: the simulated seconds (`clock_s`) and the joules spent (`cumulative_energy_j`) at which
+#: the target accuracy first reaches this fraction of its final value, under the keys
+#: `TIME_TO_KEY` and `ENERGY_TO_KEY`.
 TIME_TO_FRACTION = 0.9
 TIME_TO_KEY = "time_to_90"
+ENERGY_TO_KEY = "energy_to_90"
+#: summary key -> the cumulative per-round column it reads the spend from.
+SPENT_COLUMNS = {TIME_TO_KEY: "clock_s", ENERGY_TO_KEY: "cumulative_energy_j"}
 
 
 def time_to_accuracy(accuracy: Any, clock_s: Any) -> np.ndarray:
     """`[...]` simulated seconds at which ``accuracy [..., R]`` first reaches
     `TIME_TO_FRACTION` of its final value (``clock_s [..., R]``; NaN: never)."""
     return first_reaching(accuracy, clock_s, TIME_TO_FRACTION, relative=True)
+
+
+def energy_to_accuracy(accuracy: Any, energy_j: Any) -> np.ndarray:
+    """`[...]` joules spent (``energy_j [..., R]``, cumulative over rounds, all slots) when
+    ``accuracy [..., R]`` first reaches `TIME_TO_FRACTION` of its final value (NaN: never)."""
+    return first_reaching(accuracy, energy_j, TIME_TO_FRACTION, relative=True)
+
+
+def to_accuracy(accuracy: Any, columns: Any) -> dict[str, np.ndarray]:
+    """Each summary key of `SPENT_COLUMNS` whose column ``columns`` (a mapping, e.g. a
+    `Result` entry or a run's rows) holds: the spend at 90% of the final ``accuracy``."""
+    return {
+        key: first_reaching(accuracy, columns[col], TIME_TO_FRACTION, relative=True)
+        for key, col in SPENT_COLUMNS.items()
+        if col in columns
+    }

@@ -197,8 +197,9 @@ def _slot_targets() -> dict[str, str]:
     return {m.target: name for name, m in SLOT_METRICS.items() if m.target is not None}
 
 
-#: Running totals over the rounds: metric -> the per-round metric it sums (`compute`).
-CUMULATIVE: dict[str, str] = {"clock_s": "round_s"}
+#: Running totals over the rounds: metric -> the per-round metric it sums (`compute`): the
+#: simulated clock and the energy spent so far (x axes of time- and energy-to-accuracy).
+CUMULATIVE: dict[str, str] = {"clock_s": "round_s", "cumulative_energy_j": "energy_j"}
 
 
 def compute(rounds: Rounds, ends: Mapping[str, float] | None = None) -> dict[str, np.ndarray]:

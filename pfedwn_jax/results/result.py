@@ -37,7 +37,7 @@ import numpy as np
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.io import atomic_write_json, atomic_write_with, read_json, write_npz
 from pfedwn_jax.results import frames
-from pfedwn_jax.results.cost_curves import TIME_TO_KEY, time_to_accuracy
+from pfedwn_jax.results.cost_curves import to_accuracy
 from pfedwn_jax.results.metrics import accuracy_stats, slot_rows
 
 SCHEMA = "pfedwn-results/3"  # every array inline
@@ -137,14 +137,13 @@ class Result:
 
     def summary(self) -> dict[str, dict[str, float]]:
         """`method -> {"max": ..., "final": ...}` target accuracy (fractions); with the cost
-        counted (`clock_s`) also `"time_to_90"`, the simulated seconds to 90% of the final
-        accuracy (`results.cost_curves.time_to_accuracy`)."""
+        counted (`clock_s`) also `"time_to_90"` and `"energy_to_90"`, the simulated seconds
+        and the joules spent to 90% of the final accuracy (`results.cost_curves`)."""
         out = {}
         for name, m in self.methods.items():
             out[name] = {"max": m["max_target_accuracy"], "final": m["final_target_accuracy"]}
-            if "clock_s" in m:
-                t = time_to_accuracy(m["target_accuracy"], m["clock_s"])
-                out[name][TIME_TO_KEY] = float(t)
+            for key, spent in to_accuracy(m["target_accuracy"], m).items():
+                out[name][key] = float(spent)
         return out
 
     def to_pandas(self) -> Any:

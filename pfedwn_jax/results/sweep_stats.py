@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pfedwn_jax._checks import check_choice, check_int
-from pfedwn_jax.results.cost_curves import TIME_TO_KEY, time_to_accuracy
+from pfedwn_jax.results.cost_curves import SPENT_COLUMNS, to_accuracy
 from pfedwn_jax.results.plots import shown
 from pfedwn_jax.results.stats import mean_std_ci, t_interval
 
@@ -72,10 +72,13 @@ def per_run_stats(
         x = acc[idx].astype(float)
         out["final"][p], out["last"][p], out["max"][p] = x[-1], x[-window:].mean(), x.max()
         out["diverged"][p] = diverged[idx].any()
-    if "clock_s" in res.rows:  # the cost was counted: time-to-accuracy
-        clock, starts, rows = res.rows["clock_s"], pairs["starts"], pairs["rows"]
-        idxs = [rows[starts[p] : starts[p + 1]] for p in range(size)]
-        out[TIME_TO_KEY] = np.array([time_to_accuracy(acc[i], clock[i]) for i in idxs])
+    # the cost was counted: time- and energy-to-accuracy
+    starts, rows = pairs["starts"], pairs["rows"]
+    idxs = [rows[starts[p] : starts[p + 1]] for p in range(size)]
+    for key, col in SPENT_COLUMNS.items():
+        if col in res.rows:
+            spent = res.rows[col]
+            out[key] = np.array([to_accuracy(acc[i], {col: spent[i]})[key] for i in idxs])
     return out
 
 
@@ -108,8 +111,9 @@ def summary(
     last `window` rounds, or of all if fewer; "max": maximum over rounds) "S_mean", "S_std"
     (ddof=1; 0 for n = 1), "S_ci_low", "S_ci_high" (95% Student-t interval of the mean;
     NaN for n = 1). A run stopped early by divergence contributes its own last rounds.
-    With the cost counted (a `clock_s` column) also "time_to_90_*": the simulated seconds
-    at which the metric first reaches 90% of its final value (`cost_curves`).
+    With the cost counted (a `clock_s` column) also "time_to_90_*" and "energy_to_90_*":
+    the simulated seconds and the joules spent (`cumulative_energy_j`) at which the metric
+    first reaches 90% of its final value (`cost_curves`).
     """
     window = check_int("window", window, 1)
     floats = [k for k, v in res.rows.items() if v.dtype.kind == "f" and k not in res.swept]
@@ -118,7 +122,7 @@ def summary(
     for head, members in groups_of(res, per_run):
         entry = {**head, "n": int(members.size)}
         entry["n_diverged"] = int(per_run["diverged"][members].sum())
-        for s in STATS + ((TIME_TO_KEY,) if TIME_TO_KEY in per_run else ()):
+        for s in STATS + tuple(k for k in SPENT_COLUMNS if k in per_run):
             keys = [f"{s}_{k}" for k in ("mean", "std", "ci_low", "ci_high")]
             entry.update(zip(keys, mean_std_ci(per_run[s][members]), strict=True))
         out.append(entry)

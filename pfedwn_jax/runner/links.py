@@ -44,6 +44,7 @@ from pfedwn_jax.wireless import (
     grid,
     physical_received,
 )
+from pfedwn_jax.wireless.links import physical_draw
 from pfedwn_jax.wireless.sparse_perr import traced_error_probability
 
 #: Folded into the round key for the link draw, so training keys stay those of `ideal`.
@@ -57,25 +58,38 @@ def sample_received(
 ) -> jax.Array:
     """`[S, K]` bool: which listed links (`neighbors`, `neighbor_mask` `[S, K]`, the
     context's) deliver this round (column 0, the slot itself, always)."""
+    return sample_links(key, links, neighbors, neighbor_mask)[0]
+
+
+def sample_links(
+    key: jax.Array, links: Links, neighbors: jax.Array, neighbor_mask: jax.Array
+) -> tuple[jax.Array, jax.Array | None]:
+    """`(received, sinr)`: `sample_received`'s draw and, where the round's cost needs each
+    link's rate from its SINR (`needs_sinr`), the `[S, K]` SINR (linear, 0 where the sender
+    did not transmit) of the same physical draw on its sub-channel; else None."""
     if links.model == "ideal":
-        return neighbor_mask.at[:, 0].set(True)
+        return neighbor_mask.at[:, 0].set(True), None
     if links.model == "bernoulli":
         p = links.perr if links.failure is None else links.failure
         got = neighbor_mask & (_link_uniforms(key, *neighbors.shape) >= p)
+        return got.at[:, 0].set(True), None
+    s, k = neighbors.shape
+    rx = jnp.broadcast_to(jnp.arange(s)[:, None], (s, k)).reshape(-1)
+    args = (key, links.positions, rx, neighbors.reshape(-1), links.active, links.gamma_th)
+    sinr = None
+    if needs_sinr(links):
+        got, sinr = physical_draw(*args, links.channel())
+        sinr = sinr.reshape(s, k)
     else:
-        s, k = neighbors.shape
-        rx = jnp.broadcast_to(jnp.arange(s)[:, None], (s, k)).reshape(-1)
-        got = physical_received(
-            key,
-            links.positions,
-            rx,
-            neighbors.reshape(-1),
-            links.active,
-            links.gamma_th,
-            links.channel(),
-        ).reshape(s, k)
-        got = got & neighbor_mask
-    return got.at[:, 0].set(True)
+        got = physical_received(*args, links.channel())
+    got = got.reshape(s, k) & neighbor_mask
+    return got.at[:, 0].set(True), sinr
+
+
+def needs_sinr(links: Links) -> bool:
+    """Whether the round's cost takes each link's rate from its SINR (``"shannon"`` /
+    ``"mcs"``; the config allows them with the physical link model only)."""
+    return links.cost is not None and links.cost.params.rate_model != "threshold"
 
 
 def _link_uniforms(key: jax.Array, s: int, k: int) -> jax.Array:
@@ -158,11 +172,11 @@ def begin_round(ctx: Any, track: LinkTrack | None, key: jax.Array) -> tuple[Any,
         ctx, records = _moved(ctx, track)
         links = ctx.links
     drawn_lists = (ctx.neighbors, ctx.neighbor_mask)
-    received = sample_received(
+    received, sinr = sample_links(
         jax.random.fold_in(key, LINK_SALT), links, ctx.neighbors, ctx.neighbor_mask
     )
     if links.cost is not None:  # retries and the deadline decide what arrives
-        received, more = with_cost(ctx, received, key)
+        received, more = with_cost(ctx, received, key, sinr)
         records = {**records, **more}
     real = ctx.neighbor_mask.at[:, 0].set(False)
     rate = 1.0 - (received & real).sum() / jnp.maximum(real.sum(), 1)
@@ -233,9 +247,12 @@ def update_cache(cache: Any, sent: Any, neighbors: jax.Array, received: jax.Arra
     return jax.tree.map(leaf, cache, sent)
 
 
-def with_cost(ctx: Any, received: jax.Array, key: jax.Array) -> tuple[jax.Array, dict]:
+def with_cost(
+    ctx: Any, received: jax.Array, key: jax.Array, sinr: jax.Array | None = None
+) -> tuple[jax.Array, dict]:
     """`(delivered [S, K], records)`: the link draw `received` after ARQ retries and the
-    deadline (`wireless.cost.round_cost` of `ctx.links.cost`), and the round's cost."""
+    deadline (`wireless.cost.round_cost` of `ctx.links.cost`, each link at the rate of its
+    `sinr [S, K]` where the rate model needs it), and the round's cost."""
     links = ctx.links
     perr = links.perr if links.failure is None else links.failure
     out = cost.round_cost(
@@ -247,6 +264,7 @@ def with_cost(ctx: Any, received: jax.Array, key: jax.Array) -> tuple[jax.Array,
         ctx.neighbor_mask,
         received,
         perr,
+        sinr=sinr,
         active=links.active,
     )
     return out.delivered, cost.cost_records(out)

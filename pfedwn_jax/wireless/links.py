@@ -136,11 +136,12 @@ def _one_link(
     params: ChannelParams,
     num_sub: int,
     cutoff_m: Any,
-    sinr: bool = False,
+    sinr: bool | str = False,
 ) -> Any:
     """Success (bool scalar) of one link (rx, tx, gamma_th, candidates [C]) this round, or
-    with `sinr` its SINR (linear; 0 when the link does not send); `keys` = (this round's
-    fading key, the topology's shadowing key or None)."""
+    with `sinr` its SINR (linear; 0 when the link does not send), or with ``sinr="both"``
+    the pair (success, SINR) of one draw; `keys` = (this round's fading key, the topology's
+    shadowing key or None)."""
     key, shadow_key = keys
     rx, tx, gamma_th, cand = link
     ok = _eligible(positions, rx, tx, cand, active, cutoff_m)
@@ -155,10 +156,13 @@ def _one_link(
     hit = ok & sends[1:] & (f_star[1:] == f_star[0])
     interf = jnp.sum(jnp.where(hit, jnp.exp(log_c[1:] - log_c[0]) * u_max[1:], 0.0))
     up = active[tx] & (rx != tx)
-    if sinr:  # u / (sigma_n^2 / (c Gamma) + I / (c Gamma))
-        noise = jnp.exp(log_noise_power(params) - log_c[0] - jnp.log(params.fading.gamma))
-        return jnp.where(up & sends[0], u_max[0] / (noise + interf), 0.0)
-    return sinr_success(u_max[0], sends[0], log_c[0], interf, gamma_th, params) & up
+    ok = sinr_success(u_max[0], sends[0], log_c[0], interf, gamma_th, params) & up
+    if not sinr:
+        return ok
+    # u / (sigma_n^2 / (c Gamma) + I / (c Gamma))
+    noise = jnp.exp(log_noise_power(params) - log_c[0] - jnp.log(params.fading.gamma))
+    value = jnp.where(up & sends[0], u_max[0] / (noise + interf), 0.0)
+    return (ok, value) if sinr == "both" else value
 
 
 def _map_links(fn: Any, links: Any, numbers_per_link: int) -> Any:
@@ -187,7 +191,7 @@ def _physical_impl(
     params: ChannelParams,
     cutoff_m: Any,
     num_sub: int,
-    sinr: bool,
+    sinr: bool | str,
 ) -> Any:
     one = lambda lk: _one_link(keys, positions, active, lk, params, num_sub, cutoff_m, sinr)
     return _map_links(one, links, (links[3].shape[1] + 1) * (num_sub + 2))
@@ -264,10 +268,11 @@ def physical_received(
     cutoff_m: float | None = None,
     interferers: Any = None,
     shadow_key: Any = None,
-    sinr: bool = False,
-) -> jax.Array:
+    sinr: bool | str = False,
+) -> Any:
     """Which links deliver in one block-fading round: bool [L] (`sinr=True`: float [L], each
-    link's SINR, linear, on its chosen sub-channel; 0 where it does not send).
+    link's SINR, linear, on its chosen sub-channel; 0 where it does not send; ``"both"``:
+    the pair, `physical_draw`).
 
     Args:
       key: this round's PRNG key (one fading realisation per key).
@@ -324,7 +329,8 @@ def physical_received(
         )
         cand = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (num_links, n))
     if num_links == 0:
-        return jnp.zeros((0,), xy.dtype if sinr else bool)
+        none = jnp.zeros((0,), bool), jnp.zeros((0,), xy.dtype)
+        return none if sinr == "both" else none[1 if sinr else 0]
     gamma = jnp.broadcast_to(jnp.asarray(gamma_th, xy.dtype), rx.shape)
     links = (rx, tx, gamma, cand)
     keys = (key, shadow_key)
@@ -339,6 +345,15 @@ def physical_sinr(
     of `physical_received` (same arguments, same key: `physical_received` is exactly
     `sinr >= gamma_th` up to rounding), for rate and cost models. dB: 10 log10(sinr)."""
     return physical_received(key, positions, receivers, transmitters, *args, sinr=True, **kwargs)
+
+
+def physical_draw(
+    key: Any, positions: Any, receivers: Any, transmitters: Any, *args: Any, **kwargs: Any
+) -> tuple[jax.Array, jax.Array]:
+    """``(received bool [L], sinr float [L])`` of one block-fading round in one pass (same
+    arguments as `physical_received`): ``received`` is exactly `physical_received`'s and
+    ``sinr`` `physical_sinr`'s, for a round that needs both (the cost of a link at its rate)."""
+    return physical_received(key, positions, receivers, transmitters, *args, sinr="both", **kwargs)
 
 
 # ------------------------------------------------------------------------------- staleness

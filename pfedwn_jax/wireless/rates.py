@@ -49,8 +49,9 @@ def db_to_linear(db: Any) -> Any:
 
 
 def shannon_rate(sinr: Any, bandwidth_hz: Any, efficiency: Any = 1.0) -> Any:
-    """``efficiency * bandwidth_hz * log2(1 + sinr)`` in bit/s (`sinr` linear, >= 0)."""
-    return efficiency * bandwidth_hz * jnp.log2(1.0 + jnp.maximum(sinr, 0.0))
+    """``efficiency * bandwidth_hz * log2(1 + sinr)`` in bit/s (`sinr` linear, >= 0); via
+    ``log1p``, so a faint link (SINR 1e-5: seconds per bit) keeps float32's precision."""
+    return efficiency * bandwidth_hz * (jnp.log1p(jnp.maximum(sinr, 0.0)) / np.log(2.0))
 
 
 def mcs_index(sinr: Any, thresholds_db: Any) -> Any:
