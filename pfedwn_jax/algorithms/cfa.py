@@ -41,6 +41,7 @@ from pfedwn_jax.algorithms.common import (
     group_average_weights,
     init_baseline,
     local_update,
+    train_loss_record,
 )
 from pfedwn_jax.algorithms.mixing import gossip
 
@@ -77,10 +78,6 @@ def _round(
     return BaselineState(clients, metrics["loss"]), sent
 
 
-def _records(state: BaselineState, ctx: RoundContext, hp: CFAHParams) -> dict[str, jax.Array]:
-    return {"train_loss": state.train_loss}
-
-
 def _mixing(state: BaselineState, ctx: RoundContext, hp: CFAHParams) -> jax.Array:
     return consensus_weights(ctx, hp.eps)
 
@@ -92,7 +89,7 @@ CFA = register(
         init=init_baseline,
         round=_round,
         eval_params=eval_own,
-        records=_records,
+        records=train_loss_record,
         mixing_weights=_mixing,
         description="CFA: consensus step on the neighbors' models, then local training",
         family="decentralized",

@@ -38,7 +38,13 @@ import jax.numpy as jnp
 
 from pfedwn_jax._checks import check_float, check_int, set_fields
 from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register
-from pfedwn_jax.algorithms.common import group_average_weights, init_clients, local_update
+from pfedwn_jax.algorithms.common import (
+    eval_own,
+    group_average_weights,
+    init_clients,
+    local_update,
+    state_records,
+)
 from pfedwn_jax.algorithms.mixing import fresh_mask, gossip
 from pfedwn_jax.algorithms.phases import Phase, Sizes, baseline
 from pfedwn_jax.engine import ClientState, flatten_slots
@@ -158,25 +164,14 @@ def memory_phases(sz: Sizes, hp: Any) -> list[Phase]:
     return [*baseline(sz, hp), split]
 
 
-def _eval(state: CFLState, ctx: RoundContext, hp: CFLHParams) -> Any:
-    return state.clients.params
-
-
-def _records(state: CFLState, ctx: RoundContext, hp: CFLHParams) -> dict[str, jax.Array]:
-    return {
-        "train_loss": state.train_loss,
-        "cluster": state.cluster,
-    }
-
-
 CFL = register(
     Algorithm(
         name="cfl",
         hparams=CFLHParams,
         init=_init,
         round=_round,
-        eval_params=_eval,
-        records=_records,
+        eval_params=eval_own,
+        records=state_records(cluster="cluster"),
         description="CFL: split a stalled cluster by the cosine similarity of its updates",
         family="clustered",
         default=False,

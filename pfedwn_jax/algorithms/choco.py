@@ -37,7 +37,7 @@ import jax.numpy as jnp
 
 from pfedwn_jax._checks import check_choice, check_float, check_int, set_fields
 from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register, static
-from pfedwn_jax.algorithms.common import init_clients, local_update
+from pfedwn_jax.algorithms.common import eval_own, init_clients, local_update, state_records
 from pfedwn_jax.algorithms.mixing import gossip, mh_weights
 from pfedwn_jax.engine import ClientState
 from pfedwn_jax.engine.compression import Compressor, Identity, Quantize, TopK
@@ -119,22 +119,14 @@ def _round(
     return new, public
 
 
-def _eval(state: ChocoState, ctx: RoundContext, hp: ChocoHParams) -> Any:
-    return state.clients.params
-
-
-def _records(state: ChocoState, ctx: RoundContext, hp: ChocoHParams) -> dict[str, jax.Array]:
-    return {"train_loss": state.train_loss, "bits": state.bits}
-
-
 CHOCO = register(
     Algorithm(
         name="choco",
         hparams=ChocoHParams,
         init=_init,
         round=_round,
-        eval_params=_eval,
-        records=_records,
+        eval_params=eval_own,
+        records=state_records(bits="bits"),
         mixing_weights=lambda state, ctx, hp: mh_weights(ctx),
         description="CHOCO-SGD: gossip of compressed differences with public copies",
         family="decentralized",

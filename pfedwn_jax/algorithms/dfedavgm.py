@@ -31,8 +31,14 @@ import optax
 
 from pfedwn_jax._checks import check_float, set_fields
 from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register
-from pfedwn_jax.algorithms.common import BaselineState, eval_own, init_baseline, local_update
-from pfedwn_jax.algorithms.dpsgd import gossip_baseline_records, mh_mixing
+from pfedwn_jax.algorithms.common import (
+    BaselineState,
+    eval_own,
+    init_baseline,
+    local_update,
+    train_loss_record,
+)
+from pfedwn_jax.algorithms.dpsgd import mh_mixing
 from pfedwn_jax.algorithms.mixing import gossip, mh_weights
 from pfedwn_jax.engine import ClientState
 
@@ -73,7 +79,7 @@ DFEDAVGM = register(
         init=init_baseline,
         round=_round,
         eval_params=eval_own,
-        records=gossip_baseline_records,
+        records=train_loss_record,
         mixing_weights=mh_mixing,
         description="DFedAvgM: local heavy-ball SGD, then a Metropolis-Hastings gossip average",
         family="decentralized",

@@ -39,7 +39,7 @@ import jax.numpy as jnp
 
 from pfedwn_jax._checks import check_float, set_fields
 from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register, static
-from pfedwn_jax.algorithms.common import init_clients, local_update
+from pfedwn_jax.algorithms.common import eval_own, init_clients, local_update, train_loss_record
 from pfedwn_jax.algorithms.mixing import gossip
 from pfedwn_jax.engine import ClientState, default_loss, mix_sparse
 
@@ -124,22 +124,14 @@ def _round(
     return DisPFLState(clients, state.masks, metrics["loss"]), sent
 
 
-def _eval(state: DisPFLState, ctx: RoundContext, hp: DisPFLHParams) -> Any:
-    return state.clients.params
-
-
-def _records(state: DisPFLState, ctx: RoundContext, hp: DisPFLHParams) -> dict[str, jax.Array]:
-    return {"train_loss": state.train_loss}
-
-
 DISPFL = register(
     Algorithm(
         name="dispfl",
         hparams=DisPFLHParams,
         init=_init,
         round=_round,
-        eval_params=_eval,
-        records=_records,
+        eval_params=eval_own,
+        records=train_loss_record,
         description="DisPFL: personalized sparse masks, coordinates averaged where masks overlap",
         family="decentralized",
         default=False,

@@ -34,7 +34,7 @@ import jax.numpy as jnp
 from pfedwn_jax import em
 from pfedwn_jax._checks import check_int, set_fields
 from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register, static
-from pfedwn_jax.algorithms.common import init_clients, local_update
+from pfedwn_jax.algorithms.common import eval_own, init_clients, local_update, state_records
 from pfedwn_jax.algorithms.mixing import group_average
 from pfedwn_jax.algorithms.phases import Phase, Sizes, evaluation, mixing, plus, training
 from pfedwn_jax.engine import ClientState, cross_evaluate
@@ -108,14 +108,6 @@ def _eval(state: FedEMState, ctx: RoundContext, hp: FedEMHParams) -> Any:
     return jax.tree.map(lambda a: jax.vmap(lambda x, i: x[i])(a, top), state.clients.params)
 
 
-def _sent(state: FedEMState, ctx: RoundContext, hp: FedEMHParams) -> Any:
-    return state.clients.params
-
-
-def _records(state: FedEMState, ctx: RoundContext, hp: FedEMHParams) -> dict[str, jax.Array]:
-    return {"train_loss": state.train_loss, "pi": state.pi}
-
-
 def memory_phases(sz: Sizes, hp: Any) -> list[Phase]:
     """FedEM: the `S M` components are trained (a second copy of them and their optimizer
     state beside the state's), cross-evaluated on their slot's training data first (the
@@ -136,11 +128,11 @@ FEDEM = register(
         init=_init,
         round=_round,
         eval_params=_eval,
-        records=_records,
+        records=state_records(pi="pi"),
         description="M shared component models mixed per slot by federated EM",
         family="mixture",
         default=False,
-        sent_params=_sent,
+        sent_params=eval_own,
         memory_phases=memory_phases,
     )
 )

@@ -39,6 +39,7 @@ from pfedwn_jax.algorithms.common import (
     local_update,
     neighbor_distances,
     neighbor_models,
+    state_records,
 )
 from pfedwn_jax.engine import ClientState, mix_sparse, weighted_ce
 
@@ -132,10 +133,6 @@ def _round(
     return FedFomoState(clients, metrics["loss"], weights), sent
 
 
-def _records(state: FedFomoState, ctx: RoundContext, hp: Any) -> dict[str, jax.Array]:
-    return {"train_loss": state.train_loss, "fomo_weights": state.weights}
-
-
 FEDFOMO = register(
     Algorithm(
         name="fedfomo",
@@ -143,7 +140,7 @@ FEDFOMO = register(
         init=_init,
         round=_round,
         eval_params=eval_own,
-        records=_records,
+        records=state_records(fomo_weights="weights"),
         description="neighbors weighted by their loss improvement on own validation data",
         family="personalized-aggregation",
         default=False,

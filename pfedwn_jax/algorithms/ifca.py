@@ -37,7 +37,13 @@ import jax.numpy as jnp
 
 from pfedwn_jax._checks import check_int, set_fields
 from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register, static
-from pfedwn_jax.algorithms.common import group_average_weights, init_clients, local_update
+from pfedwn_jax.algorithms.common import (
+    eval_own,
+    group_average_weights,
+    init_clients,
+    local_update,
+    state_records,
+)
 from pfedwn_jax.algorithms.mixing import fresh_mask, gossip
 from pfedwn_jax.engine import ClientState, broadcast_slots, evaluate, where_slots
 
@@ -114,25 +120,14 @@ def _round(
     return IFCAState(clients, models, choice, metrics["loss"]), trained.params
 
 
-def _eval(state: IFCAState, ctx: RoundContext, hp: IFCAHParams) -> Any:
-    return state.clients.params
-
-
-def _records(state: IFCAState, ctx: RoundContext, hp: IFCAHParams) -> dict[str, jax.Array]:
-    return {
-        "train_loss": state.train_loss,
-        "cluster": state.cluster,
-    }
-
-
 IFCA = register(
     Algorithm(
         name="ifca",
         hparams=IFCAHParams,
         init=_init,
         round=_round,
-        eval_params=_eval,
-        records=_records,
+        eval_params=eval_own,
+        records=state_records(cluster="cluster"),
         description="IFCA: k cluster models, each node joins the one of lowest loss on its data",
         family="clustered",
         default=False,
