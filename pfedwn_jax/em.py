@@ -198,20 +198,6 @@ def estimate_weights(
 ) -> tuple[jax.Array, dict[str, jax.Array]]: ...
 
 
-@overload
-def estimate_weights(
-    losses: Any,
-    sample_mask: Any | None = None,
-    neighbor_mask: Any | None = None,
-    prior: Any | None = None,
-    num_iters: int = DEFAULT_NUM_ITERS,
-    tol: float = DEFAULT_TOL,
-    floor: float = 0.0,
-    *,
-    return_info: bool,
-) -> jax.Array | tuple[jax.Array, dict[str, jax.Array]]: ...
-
-
 def estimate_weights(
     losses: Any,
     sample_mask: Any | None = None,
