@@ -44,8 +44,7 @@ from pfedwn_jax.reproduce.paper_numbers import METHODS
 from pfedwn_jax.results.stats import mean_std_ci
 
 AXES = ("gamma", "eps", "loss", "speed")
-#: The config field each axis sets, and the x-axis label of its panel.
-AXIS_FIELD = {"gamma": "gamma_th", "eps": "eps", "loss": "link_failure", "speed": "speed"}
+#: The x-axis label of each axis's panel.
 AXIS_LABEL = {
     "gamma": "SINR threshold gamma_th (physical)",
     "eps": "selection threshold eps (physical)",
