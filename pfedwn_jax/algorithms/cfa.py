@@ -34,14 +34,12 @@ import jax
 import jax.numpy as jnp
 
 from pfedwn_jax._checks import check_float, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register
+from pfedwn_jax.algorithms.base import RoundContext, hparams, register
 from pfedwn_jax.algorithms.common import (
     BaselineState,
-    eval_own,
+    baseline_algorithm,
     group_average_weights,
-    init_baseline,
     local_update,
-    train_loss_record,
 )
 from pfedwn_jax.algorithms.mixing import gossip
 
@@ -83,13 +81,10 @@ def _mixing(state: BaselineState, ctx: RoundContext, hp: CFAHParams) -> jax.Arra
 
 
 CFA = register(
-    Algorithm(
+    baseline_algorithm(
         name="cfa",
         hparams=CFAHParams,
-        init=init_baseline,
         round=_round,
-        eval_params=eval_own,
-        records=train_loss_record,
         mixing_weights=_mixing,
         description="CFA: consensus step on the neighbors' models, then local training",
         family="decentralized",

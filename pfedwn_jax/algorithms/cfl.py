@@ -37,9 +37,9 @@ import jax
 import jax.numpy as jnp
 
 from pfedwn_jax._checks import check_float, check_int, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register
+from pfedwn_jax.algorithms.base import RoundContext, hparams, register
 from pfedwn_jax.algorithms.common import (
-    eval_own,
+    baseline_algorithm,
     group_average_weights,
     init_clients,
     local_update,
@@ -165,12 +165,11 @@ def memory_phases(sz: Sizes, hp: Any) -> list[Phase]:
 
 
 CFL = register(
-    Algorithm(
+    baseline_algorithm(
         name="cfl",
         hparams=CFLHParams,
         init=_init,
         round=_round,
-        eval_params=eval_own,
         records=state_records(cluster="cluster"),
         description="CFL: split a stalled cluster by the cosine similarity of its updates",
         family="clustered",

@@ -36,8 +36,13 @@ import jax
 import jax.numpy as jnp
 
 from pfedwn_jax._checks import check_choice, check_float, check_int, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register, static
-from pfedwn_jax.algorithms.common import eval_own, init_clients, local_update, state_records
+from pfedwn_jax.algorithms.base import RoundContext, hparams, register, static
+from pfedwn_jax.algorithms.common import (
+    baseline_algorithm,
+    init_clients,
+    local_update,
+    state_records,
+)
 from pfedwn_jax.algorithms.mixing import gossip, mh_weights
 from pfedwn_jax.engine import ClientState
 from pfedwn_jax.engine.compression import Compressor, Identity, Quantize, TopK
@@ -120,12 +125,11 @@ def _round(
 
 
 CHOCO = register(
-    Algorithm(
+    baseline_algorithm(
         name="choco",
         hparams=ChocoHParams,
         init=_init,
         round=_round,
-        eval_params=eval_own,
         records=state_records(bits="bits"),
         mixing_weights=lambda state, ctx, hp: mh_weights(ctx),
         description="CHOCO-SGD: gossip of compressed differences with public copies",

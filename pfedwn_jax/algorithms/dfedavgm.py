@@ -30,14 +30,8 @@ import jax
 import optax
 
 from pfedwn_jax._checks import check_float, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register
-from pfedwn_jax.algorithms.common import (
-    BaselineState,
-    eval_own,
-    init_baseline,
-    local_update,
-    train_loss_record,
-)
+from pfedwn_jax.algorithms.base import RoundContext, hparams, register
+from pfedwn_jax.algorithms.common import BaselineState, baseline_algorithm, local_update
 from pfedwn_jax.algorithms.dpsgd import mh_mixing
 from pfedwn_jax.algorithms.mixing import gossip, mh_weights
 from pfedwn_jax.engine import ClientState
@@ -73,13 +67,10 @@ def _round(
 
 
 DFEDAVGM = register(
-    Algorithm(
+    baseline_algorithm(
         name="dfedavgm",
         hparams=DFedAvgMHParams,
-        init=init_baseline,
         round=_round,
-        eval_params=eval_own,
-        records=train_loss_record,
         mixing_weights=mh_mixing,
         description="DFedAvgM: local heavy-ball SGD, then a Metropolis-Hastings gossip average",
         family="decentralized",

@@ -38,8 +38,8 @@ import jax
 import jax.numpy as jnp
 
 from pfedwn_jax._checks import check_float, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register, static
-from pfedwn_jax.algorithms.common import eval_own, init_clients, local_update, train_loss_record
+from pfedwn_jax.algorithms.base import RoundContext, hparams, register, static
+from pfedwn_jax.algorithms.common import baseline_algorithm, init_clients, local_update
 from pfedwn_jax.algorithms.mixing import gossip
 from pfedwn_jax.engine import ClientState, default_loss, mix_sparse
 
@@ -125,13 +125,11 @@ def _round(
 
 
 DISPFL = register(
-    Algorithm(
+    baseline_algorithm(
         name="dispfl",
         hparams=DisPFLHParams,
         init=_init,
         round=_round,
-        eval_params=eval_own,
-        records=train_loss_record,
         description="DisPFL: personalized sparse masks, coordinates averaged where masks overlap",
         family="decentralized",
         default=False,

@@ -28,13 +28,13 @@ import jax
 import jax.numpy as jnp
 
 from pfedwn_jax._checks import check_float, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register
+from pfedwn_jax.algorithms.base import RoundContext, hparams, register
 from pfedwn_jax.algorithms.common import (
     average_in_groups,
+    baseline_algorithm,
     init_clients,
     local_update,
     proximal_loss,
-    train_loss_record,
 )
 from pfedwn_jax.engine import ClientState, default_loss
 
@@ -90,13 +90,12 @@ def _eval(state: DittoState, ctx: RoundContext, hp: DittoHParams) -> Any:
 
 
 DITTO = register(
-    Algorithm(
+    baseline_algorithm(
         name="ditto",
         hparams=DittoHParams,
         init=_init,
         round=_round,
         eval_params=_eval,
-        records=train_loss_record,
         description="FedAvg's global model plus a personal model pulled towards it",
         family="regularized",
         default=False,

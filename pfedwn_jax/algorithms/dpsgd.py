@@ -32,14 +32,8 @@ from typing import Any
 
 import jax
 
-from pfedwn_jax.algorithms.base import Algorithm, NoHParams, RoundContext, register
-from pfedwn_jax.algorithms.common import (
-    BaselineState,
-    eval_own,
-    init_baseline,
-    local_update,
-    train_loss_record,
-)
+from pfedwn_jax.algorithms.base import NoHParams, RoundContext, register
+from pfedwn_jax.algorithms.common import BaselineState, baseline_algorithm, local_update
 from pfedwn_jax.algorithms.mixing import gossip, mh_weights
 
 
@@ -65,13 +59,10 @@ def mh_mixing(state: Any, ctx: RoundContext, hp: Any) -> jax.Array:
 
 
 DPSGD = register(
-    Algorithm(
+    baseline_algorithm(
         name="dpsgd",
         hparams=NoHParams,
-        init=init_baseline,
         round=_round,
-        eval_params=eval_own,
-        records=train_loss_record,
         mixing_weights=mh_mixing,
         description="D-PSGD: local SGD, then a Metropolis-Hastings gossip average",
         family="decentralized",

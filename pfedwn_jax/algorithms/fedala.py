@@ -38,14 +38,13 @@ import jax
 import jax.numpy as jnp
 
 from pfedwn_jax._checks import check_float, check_int, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register, static
+from pfedwn_jax.algorithms.base import RoundContext, hparams, register, static
 from pfedwn_jax.algorithms.common import (
-    eval_own,
+    baseline_algorithm,
     group_average_weights,
     init_clients,
     local_update,
     neighbor_models,
-    train_loss_record,
 )
 from pfedwn_jax.algorithms.split import split_keys
 from pfedwn_jax.engine import ClientState, mix_sparse, weighted_ce
@@ -152,13 +151,11 @@ def _round(
 
 
 FEDALA = register(
-    Algorithm(
+    baseline_algorithm(
         name="fedala",
         hparams=FedALAHParams,
         init=_init,
         round=_round,
-        eval_params=eval_own,
-        records=train_loss_record,
         description="group model mixed into the own head with learned element-wise weights",
         family="personalized-aggregation",
         default=False,

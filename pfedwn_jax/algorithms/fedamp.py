@@ -56,26 +56,17 @@ from pfedwn_jax._checks import (
     check_int,
     set_fields,
 )
-from pfedwn_jax.algorithms.base import (
-    Algorithm,
-    RoundContext,
-    hparams,
-    neighbor_lists,
-    register,
-    static,
-)
+from pfedwn_jax.algorithms.base import RoundContext, hparams, neighbor_lists, register, static
 from pfedwn_jax.algorithms.common import (
     BaselineState,
+    baseline_algorithm,
     check_shape,
     check_square,
-    eval_own,
-    init_baseline,
     local_update,
     neighbor_distances,
     neighbor_models,
     proximal_loss,
     sq_norm_diff,
-    train_loss_record,
 )
 from pfedwn_jax.algorithms.phases import Phase, Sizes, baseline, plus
 from pfedwn_jax.engine import default_loss, mix_sparse
@@ -261,13 +252,10 @@ def memory_phases(sz: Sizes, hp: Any) -> list[Phase]:
 
 
 FEDAMP = register(
-    Algorithm(
+    baseline_algorithm(
         name="fedamp",
         hparams=FedAMPHParams,
-        init=init_baseline,
         round=_round,
-        eval_params=eval_own,
-        records=train_loss_record,
         description="attentive message passing with a proximal term to the cloud model",
         memory_phases=memory_phases,
         family="personalized-aggregation",

@@ -28,13 +28,12 @@ import jax
 import jax.numpy as jnp
 
 from pfedwn_jax._checks import check_float, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register
+from pfedwn_jax.algorithms.base import RoundContext, hparams, register
 from pfedwn_jax.algorithms.common import (
-    eval_own,
+    baseline_algorithm,
     init_clients,
     local_update,
     sq_norm_diff,
-    train_loss_record,
 )
 from pfedwn_jax.algorithms.mixing import group_average
 from pfedwn_jax.engine import ClientState, default_loss
@@ -102,13 +101,11 @@ def _round(
 
 
 FEDDYN = register(
-    Algorithm(
+    baseline_algorithm(
         name="feddyn",
         hparams=FedDynHParams,
         init=_init,
         round=_round,
-        eval_params=eval_own,
-        records=train_loss_record,
         description="dynamic regularization aligning local and global stationary points",
         family="traditional",
         default=False,

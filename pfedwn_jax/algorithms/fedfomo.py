@@ -32,9 +32,9 @@ import jax
 import jax.numpy as jnp
 
 from pfedwn_jax._checks import check_float, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register
+from pfedwn_jax.algorithms.base import RoundContext, hparams, register
 from pfedwn_jax.algorithms.common import (
-    eval_own,
+    baseline_algorithm,
     init_clients,
     local_update,
     neighbor_distances,
@@ -134,12 +134,11 @@ def _round(
 
 
 FEDFOMO = register(
-    Algorithm(
+    baseline_algorithm(
         name="fedfomo",
         hparams=FedFomoHParams,
         init=_init,
         round=_round,
-        eval_params=eval_own,
         records=state_records(fomo_weights="weights"),
         description="neighbors weighted by their loss improvement on own validation data",
         family="personalized-aggregation",

@@ -12,13 +12,11 @@ from typing import Any
 import jax
 
 from pfedwn_jax._checks import check_float, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register
+from pfedwn_jax.algorithms.base import RoundContext, hparams, register
 from pfedwn_jax.algorithms.common import (
     BaselineState,
-    eval_own,
-    init_baseline,
+    baseline_algorithm,
     proximal_loss,
-    train_loss_record,
     train_then_average,
 )
 from pfedwn_jax.algorithms.phases import Phase, Sizes, baseline, plus
@@ -55,13 +53,10 @@ def memory_phases(sz: Sizes, hp: Any) -> list[Phase]:
 
 
 FEDPROX = register(
-    Algorithm(
+    baseline_algorithm(
         name="fedprox",
         hparams=FedProxHParams,
-        init=init_baseline,
         round=_round,
-        eval_params=eval_own,
-        records=train_loss_record,
         description="FedAvg with a proximal term mu/2 ||w - w_round_start||^2",
         memory_phases=memory_phases,
         family="traditional",

@@ -36,9 +36,9 @@ import jax
 import jax.numpy as jnp
 
 from pfedwn_jax._checks import check_int, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register, static
+from pfedwn_jax.algorithms.base import RoundContext, hparams, register, static
 from pfedwn_jax.algorithms.common import (
-    eval_own,
+    baseline_algorithm,
     group_average_weights,
     init_clients,
     local_update,
@@ -121,12 +121,11 @@ def _round(
 
 
 IFCA = register(
-    Algorithm(
+    baseline_algorithm(
         name="ifca",
         hparams=IFCAHParams,
         init=_init,
         round=_round,
-        eval_params=eval_own,
         records=state_records(cluster="cluster"),
         description="IFCA: k cluster models, each node joins the one of lowest loss on its data",
         family="clustered",

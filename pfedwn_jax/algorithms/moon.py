@@ -30,13 +30,12 @@ import jax
 import jax.numpy as jnp
 
 from pfedwn_jax._checks import check_float, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register
+from pfedwn_jax.algorithms.base import RoundContext, hparams, register
 from pfedwn_jax.algorithms.common import (
     average_in_groups,
-    eval_own,
+    baseline_algorithm,
     init_clients,
     local_update,
-    train_loss_record,
 )
 from pfedwn_jax.engine import ClientState, weighted_ce
 from pfedwn_jax.models.split import require_split
@@ -113,13 +112,11 @@ def _round(
 
 
 MOON = register(
-    Algorithm(
+    baseline_algorithm(
         name="moon",
         hparams=MoonHParams,
         init=_init,
         round=_round,
-        eval_params=eval_own,
-        records=train_loss_record,
         description="FedAvg with a model-contrastive term on the representation",
         family="traditional",
         default=False,

@@ -36,13 +36,8 @@ import jax
 import jax.numpy as jnp
 
 from pfedwn_jax._checks import check_bool, check_choice, check_float, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register, static
-from pfedwn_jax.algorithms.common import (
-    BaselineState,
-    init_baseline,
-    train_loss_record,
-    train_then_average,
-)
+from pfedwn_jax.algorithms.base import RoundContext, hparams, register, static
+from pfedwn_jax.algorithms.common import BaselineState, baseline_algorithm, train_then_average
 from pfedwn_jax.algorithms.phases import Phase, Sizes, evaluation, training
 from pfedwn_jax.engine import default_loss, per_sample_ce
 
@@ -207,13 +202,11 @@ def memory_phases(sz: Sizes, hp: Any) -> list[Phase]:
 
 
 PERFEDAVG = register(
-    Algorithm(
+    baseline_algorithm(
         name="perfedavg",
         hparams=PerFedAvgHParams,
-        init=init_baseline,
         round=_round,
         eval_params=eval_params,
-        records=train_loss_record,
         description="MAML-style FedAvg (Fallah et al. 2020), evaluated after one adaptation step",
         memory_phases=memory_phases,
         family="meta-learning",

@@ -28,8 +28,8 @@ import jax.numpy as jnp
 import optax
 
 from pfedwn_jax._checks import check_float, check_int, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register, static
-from pfedwn_jax.algorithms.common import init_clients, local_update, train_loss_record
+from pfedwn_jax.algorithms.base import RoundContext, hparams, register, static
+from pfedwn_jax.algorithms.common import baseline_algorithm, init_clients, local_update
 from pfedwn_jax.algorithms.mixing import group_average
 from pfedwn_jax.engine import ClientState, default_loss
 
@@ -124,13 +124,12 @@ def _eval(state: PFedMeState, ctx: RoundContext, hp: PFedMeHParams) -> Any:
 
 
 PFEDME = register(
-    Algorithm(
+    baseline_algorithm(
         name="pfedme",
         hparams=PFedMeHParams,
         init=_init,
         round=_round,
         eval_params=_eval,
-        records=train_loss_record,
         description="personal models as Moreau-envelope proximal points around the group model",
         family="regularized",
         default=False,

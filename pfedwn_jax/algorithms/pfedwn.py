@@ -71,11 +71,11 @@ from pfedwn_jax._checks import (
     check_int,
     set_fields,
 )
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register, static
+from pfedwn_jax.algorithms.base import RoundContext, hparams, register, static
 from pfedwn_jax.algorithms.common import (
+    baseline_algorithm,
     check_shape,
     check_square,
-    eval_own,
     init_clients,
     local_update,
     neighbor_models,
@@ -408,12 +408,11 @@ def memory_phases(sz: Sizes, hp: Any) -> list[Phase]:
 
 
 PFEDWN = register(
-    Algorithm(
+    baseline_algorithm(
         name="pfedwn",
         hparams=PFedWNHParams,
         init=init,
         round=_round,
-        eval_params=eval_own,
         records=records,
         description="EM-weighted aggregation over the selected neighbors (the paper's method)",
         memory_phases=memory_phases,

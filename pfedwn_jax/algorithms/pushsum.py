@@ -38,8 +38,13 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from pfedwn_jax.algorithms.base import Algorithm, NoHParams, RoundContext, register
-from pfedwn_jax.algorithms.common import eval_own, init_clients, local_update, state_records
+from pfedwn_jax.algorithms.base import NoHParams, RoundContext, register
+from pfedwn_jax.algorithms.common import (
+    baseline_algorithm,
+    init_clients,
+    local_update,
+    state_records,
+)
 from pfedwn_jax.algorithms.mixing import fresh_mask, gossip, listed_mask
 from pfedwn_jax.engine import ClientState
 
@@ -83,12 +88,11 @@ def _mixing(state: PushSumState, ctx: RoundContext, hp: Any) -> jax.Array:
 
 
 PUSHSUM = register(
-    Algorithm(
+    baseline_algorithm(
         name="pushsum",
         hparams=NoHParams,
         init=_init,
         round=_round,
-        eval_params=eval_own,
         records=state_records(push_weight="weight"),
         mixing_weights=_mixing,
         description="stochastic gradient push: push-sum gossip on the directed selected graph",

@@ -34,14 +34,8 @@ import jax
 import jax.numpy as jnp
 
 from pfedwn_jax._checks import check_float, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register
-from pfedwn_jax.algorithms.common import (
-    check_sgd,
-    eval_own,
-    init_clients,
-    local_update,
-    train_loss_record,
-)
+from pfedwn_jax.algorithms.base import RoundContext, hparams, register
+from pfedwn_jax.algorithms.common import baseline_algorithm, check_sgd, init_clients, local_update
 from pfedwn_jax.algorithms.mixing import fresh_average, group_average
 from pfedwn_jax.engine import ClientState, default_loss
 
@@ -114,13 +108,11 @@ def _round(
 
 
 SCAFFOLD = register(
-    Algorithm(
+    baseline_algorithm(
         name="scaffold",
         hparams=ScaffoldHParams,
         init=_init,
         round=_round,
-        eval_params=eval_own,
-        records=train_loss_record,
         description="FedAvg with control variates correcting the local gradients (option II)",
         family="traditional",
         default=False,

@@ -29,12 +29,7 @@ import optax
 
 from pfedwn_jax._checks import check_float, set_fields
 from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register
-from pfedwn_jax.algorithms.common import (
-    eval_own,
-    init_clients,
-    local_update,
-    train_loss_record,
-)
+from pfedwn_jax.algorithms.common import baseline_algorithm, init_clients, local_update
 from pfedwn_jax.algorithms.mixing import group_average
 from pfedwn_jax.engine import ClientState
 
@@ -121,13 +116,11 @@ def _algorithm(name: str, hp_type: type, make_tx: Any, description: str) -> Algo
         clients = trained._replace(params=optax.apply_updates(x, updates))
         return ServerOptState(clients, server, metrics["loss"]), trained.params
 
-    return Algorithm(
+    return baseline_algorithm(
         name=name,
         hparams=hp_type,
         init=init,
         round=round_,
-        eval_params=eval_own,
-        records=train_loss_record,
         description=description,
         family="traditional",
         default=False,

@@ -52,10 +52,10 @@ from pfedwn_jax.algorithms.base import (
 )
 from pfedwn_jax.algorithms.common import (
     BaselineState,
+    baseline_algorithm,
     eval_own,
     init_baseline,
     local_update,
-    train_loss_record,
 )
 from pfedwn_jax.algorithms.split import (
     average_part,
@@ -165,13 +165,12 @@ def _register(
     name: str, hp: Any, init: Any, round_fn: Any, description: str, eval_params: Any = eval_own
 ) -> Algorithm:
     """Register a splitting method (not run by default; its training loss recorded)."""
-    algorithm = Algorithm(
+    algorithm = baseline_algorithm(
         name=name,
         hparams=hp,
         init=init,
         round=round_fn,
         eval_params=eval_params,
-        records=train_loss_record,
         description=description,
         family="splitting",
         default=False,
