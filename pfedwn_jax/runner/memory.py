@@ -328,14 +328,7 @@ def plan(
     """
     num_runs = check_int("num_runs", num_runs, 1)
     devices = check_int("devices", devices, 1)
-    fraction = check_float("fraction", fraction, 0.0, 1.0, low_inclusive=False)
-    if not isinstance(est, MemoryEstimate):
-        raise ValueError(f"est must be a MemoryEstimate; got {type(est).__name__}")
-    budget = available_bytes() if budget is None else check_int("budget", budget, 1)
-    usable = int(fraction * budget)
-    per_device = (usable - est.shared) // max(est.per_run, 1)
-    if per_device < 1:
-        raise ValueError(_too_big(est, budget, fraction, usable))
+    per_device = _fitting(est, budget, fraction)[2]
     programs = -(-num_runs // (per_device * devices))
     per_program = -(-num_runs // programs)
     return -(-per_program // devices) * devices
@@ -357,17 +350,10 @@ def check_fits(
     how to shrink it (a smaller model, fewer clients, a smaller batch).
     """
     runs = check_int("runs", runs, 1)
-    fraction = check_float("fraction", fraction, 0.0, 1.0, low_inclusive=False)
-    if not isinstance(est, MemoryEstimate):
-        raise ValueError(f"est must be a MemoryEstimate; got {type(est).__name__}")
-    budget = available_bytes() if budget is None else check_int("budget", budget, 1)
-    usable = int(fraction * budget)
+    budget, usable, fit = _fitting(est, budget, fraction)
     need = est.total(runs)
     if need <= usable:
         return
-    fit = (usable - est.shared) // max(est.per_run, 1)
-    if fit < 1:
-        raise ValueError(_too_big(est, budget, fraction, usable))
     raise ValueError(
         f"the memory plan of {runs} runs of {est.method or 'the method'} in one program needs "
         f"{format_bytes(need)} ({need} bytes: {format_bytes(est.shared)} shared + {runs} x "
@@ -376,6 +362,19 @@ def check_fits(
         f"change: at most {fit} runs per program fit, so run fewer runs per program or the "
         "runs in chunks (or a smaller model, fewer clients or a smaller batch per run)"
     )
+
+
+def _fitting(est: MemoryEstimate, budget: int | None, fraction: float) -> tuple[int, int, int]:
+    """`(budget, usable bytes, runs that fit on a device)`; a ValueError when not one does."""
+    fraction = check_float("fraction", fraction, 0.0, 1.0, low_inclusive=False)
+    if not isinstance(est, MemoryEstimate):
+        raise ValueError(f"est must be a MemoryEstimate; got {type(est).__name__}")
+    budget = available_bytes() if budget is None else check_int("budget", budget, 1)
+    usable = int(fraction * budget)
+    fit = (usable - est.shared) // max(est.per_run, 1)
+    if fit < 1:
+        raise ValueError(_too_big(est, budget, fraction, usable))
+    return budget, usable, fit
 
 
 _ADVICE = {
