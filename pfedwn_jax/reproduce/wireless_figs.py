@@ -29,6 +29,7 @@ What the figures show, against the paper's: docs/REPRODUCTION.md.
   where TFDS has no prepared copy. The partition is the paper's scheme (Dirichlet 0.1, U{1..C}
   classes); pass the runs' `base` so the figure shows their data seed and dataset.
 """
+
 from __future__ import annotations
 
 import dataclasses
