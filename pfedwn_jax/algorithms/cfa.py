@@ -33,8 +33,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from pfedwn_jax._checks import check_float, set_fields
-from pfedwn_jax.algorithms.base import RoundContext, hparams, register
+from pfedwn_jax._checks import check_float
+from pfedwn_jax.algorithms.base import RoundContext, checked, hparams, register
 from pfedwn_jax.algorithms.common import (
     BaselineState,
     baseline_algorithm,
@@ -44,7 +44,7 @@ from pfedwn_jax.algorithms.common import (
 from pfedwn_jax.algorithms.mixing import gossip
 
 
-@hparams
+@hparams(name="cfa")
 class CFAHParams:
     """CFA hyperparameters.
 
@@ -52,10 +52,7 @@ class CFAHParams:
       eps: consensus step size in [0, 1]. Default 0.5 (our choice).
     """
 
-    eps: float = 0.5
-
-    def __post_init__(self) -> None:
-        set_fields(self, eps=check_float("hparams.cfa.eps", self.eps, 0.0, 1.0))
+    eps: float = checked(0.5, check_float, 0.0, 1.0)
 
 
 def consensus_weights(ctx: RoundContext, eps: Any) -> jax.Array:

@@ -27,8 +27,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from pfedwn_jax._checks import check_float, set_fields
-from pfedwn_jax.algorithms.base import RoundContext, hparams, register
+from pfedwn_jax._checks import check_float
+from pfedwn_jax.algorithms.base import RoundContext, checked, hparams, register
 from pfedwn_jax.algorithms.common import (
     average_in_groups,
     baseline_algorithm,
@@ -39,7 +39,7 @@ from pfedwn_jax.algorithms.common import (
 from pfedwn_jax.engine import ClientState, default_loss
 
 
-@hparams
+@hparams(name="ditto")
 class DittoHParams:
     """Ditto hyperparameters.
 
@@ -49,10 +49,7 @@ class DittoHParams:
         0.2, 0.5, 1, 2} of Li et al. 2021 (their appendix; our pick for the small models).
     """
 
-    lam: float = 0.1
-
-    def __post_init__(self) -> None:
-        set_fields(self, lam=check_float("hparams.ditto.lam", self.lam, 0.0))
+    lam: float = checked(0.1, check_float, 0.0)
 
 
 class DittoState(NamedTuple):

@@ -32,15 +32,15 @@ import jax
 import jax.numpy as jnp
 
 from pfedwn_jax import em
-from pfedwn_jax._checks import check_int, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register, static
+from pfedwn_jax._checks import check_int
+from pfedwn_jax.algorithms.base import Algorithm, RoundContext, checked, hparams, register
 from pfedwn_jax.algorithms.common import eval_own, init_clients, local_update, state_records
 from pfedwn_jax.algorithms.mixing import group_average
 from pfedwn_jax.algorithms.phases import Phase, Sizes, evaluation, mixing, plus, training
 from pfedwn_jax.engine import ClientState, cross_evaluate
 
 
-@hparams
+@hparams(name="fedem")
 class FedEMHParams:
     """FedEM hyperparameters.
 
@@ -49,11 +49,7 @@ class FedEMHParams:
         (Marfoq et al. 2021, Sec. 5; the authors' ``n_learners``). Static.
     """
 
-    components: int = static(3)
-
-    def __post_init__(self) -> None:
-        name = "hparams.fedem.components"
-        set_fields(self, components=check_int(name, self.components, 1))
+    components: int = checked(3, check_int, 1, static=True)
 
 
 class FedEMState(NamedTuple):

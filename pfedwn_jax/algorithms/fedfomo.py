@@ -31,8 +31,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from pfedwn_jax._checks import check_float, set_fields
-from pfedwn_jax.algorithms.base import RoundContext, hparams, register
+from pfedwn_jax._checks import check_float
+from pfedwn_jax.algorithms.base import RoundContext, checked, hparams, register
 from pfedwn_jax.algorithms.common import (
     baseline_algorithm,
     init_clients,
@@ -44,7 +44,7 @@ from pfedwn_jax.algorithms.common import (
 from pfedwn_jax.engine import ClientState, mix_sparse, weighted_ce
 
 
-@hparams
+@hparams(name="fedfomo")
 class FedFomoHParams:
     """FedFomo hyperparameters.
 
@@ -53,13 +53,7 @@ class FedFomoHParams:
         (in [0, 1)); default 0.2, PFLlib's ``val_ratio``.
     """
 
-    val_fraction: float = 0.2
-
-    def __post_init__(self) -> None:
-        name = "hparams.fedfomo.val_fraction"
-        set_fields(
-            self, val_fraction=check_float(name, self.val_fraction, 0.0, 1.0, high_inclusive=False)
-        )
+    val_fraction: float = checked(0.2, check_float, 0.0, 1.0, high_inclusive=False)
 
 
 class FedFomoState(NamedTuple):

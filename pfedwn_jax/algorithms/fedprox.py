@@ -11,8 +11,8 @@ from typing import Any
 
 import jax
 
-from pfedwn_jax._checks import check_float, set_fields
-from pfedwn_jax.algorithms.base import RoundContext, hparams, register
+from pfedwn_jax._checks import check_float
+from pfedwn_jax.algorithms.base import RoundContext, checked, hparams, register
 from pfedwn_jax.algorithms.common import (
     BaselineState,
     baseline_algorithm,
@@ -23,7 +23,7 @@ from pfedwn_jax.algorithms.phases import Phase, Sizes, baseline, plus
 from pfedwn_jax.engine import default_loss
 
 
-@hparams
+@hparams(name="fedprox")
 class FedProxHParams:
     """FedProx hyperparameters.
 
@@ -32,10 +32,7 @@ class FedProxHParams:
         {0.001, 0.01, 0.1, 1} of Li et al. 2020 (our pick for the small MNIST models).
     """
 
-    mu: float = 0.01
-
-    def __post_init__(self) -> None:
-        set_fields(self, mu=check_float("hparams.fedprox.mu", self.mu, 0.0))
+    mu: float = checked(0.01, check_float, 0.0)
 
 
 def _round(

@@ -35,8 +35,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from pfedwn_jax._checks import check_int, set_fields
-from pfedwn_jax.algorithms.base import RoundContext, hparams, register, static
+from pfedwn_jax._checks import check_int
+from pfedwn_jax.algorithms.base import RoundContext, checked, hparams, register
 from pfedwn_jax.algorithms.common import (
     baseline_algorithm,
     group_average_weights,
@@ -48,7 +48,7 @@ from pfedwn_jax.algorithms.mixing import fresh_mask, gossip
 from pfedwn_jax.engine import ClientState, broadcast_slots, evaluate, where_slots
 
 
-@hparams
+@hparams(name="ifca")
 class IFCAHParams:
     """IFCA hyperparameters.
 
@@ -56,10 +56,7 @@ class IFCAHParams:
       clusters: the number k of cluster models (>= 1). Default 2. Static.
     """
 
-    clusters: int = static(2)
-
-    def __post_init__(self) -> None:
-        set_fields(self, clusters=check_int("hparams.ifca.clusters", self.clusters, 1))
+    clusters: int = checked(2, check_int, 1, static=True)
 
 
 class IFCAState(NamedTuple):
