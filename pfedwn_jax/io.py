@@ -109,12 +109,14 @@ def _mount_point(path: Path) -> Path:
     return path
 
 
-def _size(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1024 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TB"
+def format_bytes(n: int) -> str:
+    """`n` bytes as text in binary units, 4 significant digits: `512 B`, `1.5 KiB`, `3 TiB`."""
+    value, units = float(n), ("B", "KiB", "MiB", "GiB", "TiB")
+    for unit in units[:-1]:
+        if abs(value) < 1024:
+            return f"{value:.4g} {unit}"
+        value /= 1024
+    return f"{value:.4g} {units[-1]}"
 
 
 def disk_full_error(path: str | Path) -> DiskFullError:
@@ -124,7 +126,7 @@ def disk_full_error(path: str | Path) -> DiskFullError:
     mount = _mount_point(path)
     try:
         usage = shutil.disk_usage(mount)
-        space = f", {_size(usage.free)} free of {_size(usage.total)}"
+        space = f", {format_bytes(usage.free)} free of {format_bytes(usage.total)}"
     except OSError:
         space = ""
     return DiskFullError(

@@ -43,6 +43,7 @@ from pfedwn_jax.data import ClientData
 from pfedwn_jax.data.batching import steps_per_epoch
 from pfedwn_jax.devices import available_bytes  # the free memory of a device (re-exported)
 from pfedwn_jax.engine import ClientState
+from pfedwn_jax.io import format_bytes  # re-exported
 from pfedwn_jax.runner.sample_bytes import sample_bytes  # re-exported
 from pfedwn_jax.wireless.sparse_perr import CHUNK_ELEMENTS as PERR_CHUNK_ELEMENTS
 
@@ -122,16 +123,6 @@ _PARTS = {
     "data": "data of this run",
     "activations": "training/evaluation temporaries",
 }
-
-
-def format_bytes(n: int) -> str:
-    """`n` bytes as text in binary units, 4 significant digits: `512 B`, `1.5 KiB`, `3 TiB`."""
-    value, units = float(n), ("B", "KiB", "MiB", "GiB", "TiB")
-    for unit in units[:-1]:
-        if abs(value) < 1024:
-            return f"{value:.4g} {unit}"
-        value /= 1024
-    return f"{value:.4g} {units[-1]}"
 
 
 def tree_bytes(tree: Any) -> int:
