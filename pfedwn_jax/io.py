@@ -21,14 +21,16 @@ recognises one anywhere in an exception's chain, also as the text of a library's
 from __future__ import annotations
 
 import contextlib
+import csv
 import errno
+import io
 import json
 import os
 import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -318,6 +320,15 @@ def write_npz(file: IO[bytes], arrays: Mapping[str, ArrayLike], compressed: bool
     # numpy's stub lets a `**` mapping reach its `allow_pickle: bool` keyword; every name
     # here is an array's
     save(file, **arrays)  # type: ignore[arg-type]
+
+
+def csv_text(header: Sequence[Any], rows: Iterable[Sequence[Any]]) -> str:
+    """CSV: the `header` line, then one line per row (None: an empty field)."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    return buf.getvalue()
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
