@@ -326,7 +326,7 @@ def hparams(cls: type[Any] | None = None, *, name: str | None = None) -> Any:
     if cls is None:
         return lambda c: hparams(c, name=name)
     if name is not None:
-        cls.__post_init__ = _field_checks(name)
+        cls.__post_init__ = _field_checks(name, getattr(cls, "__post_init__", None))
     cls = dataclasses.dataclass(frozen=True)(cls)
     fields = dataclasses.fields(cls)
     data = tuple(f.name for f in fields if f.metadata.get("pytree_node", True))
@@ -361,8 +361,9 @@ def checked(
     return flax.struct.field(not static, default=default, metadata={"check": (check, args, kw)})
 
 
-def _field_checks(name: str) -> Callable[[Any], None]:
-    """The ``__post_init__`` of ``hparams(name=name)``: every ``checked`` field's check."""
+def _field_checks(name: str, then: Callable[[Any], None] | None) -> Callable[[Any], None]:
+    """The ``__post_init__`` of ``hparams(name=name)``: every ``checked`` field's check, then
+    the class's own ``__post_init__`` (``then``), if it has one."""
 
     def __post_init__(self: Any) -> None:
         values = {}
@@ -373,6 +374,8 @@ def _field_checks(name: str) -> Callable[[Any], None]:
                     f"hparams.{name}.{f.name}", getattr(self, f.name), *args, **kw
                 )
         set_fields(self, **values)
+        if then is not None:
+            then(self)
 
     return __post_init__
 
