@@ -75,21 +75,7 @@ _SUBMODULES = (
     "wireless",
 )
 
-__all__ = [
-    "ExperimentConfig",
-    "Options",
-    "Result",
-    "SweepResult",
-    "__version__",
-    "load_models",
-    "register_algorithm",
-    "register_dataset",
-    "register_model",
-    "run",
-    "sweep",
-    "use_compilation_cache",
-    "use_cpu_devices",
-]
+__all__ = sorted(["__version__", *_LAZY])  # the public API: the lazy names
 
 
 def __getattr__(name: str):

@@ -22,6 +22,7 @@ from typing import Any
 import jax
 
 from pfedwn_jax._checks import check_int
+from pfedwn_jax.io import format_bytes
 
 
 def usable_cores() -> int:
@@ -168,9 +169,9 @@ def check_device_bytes(
     usable = int(fraction * budget)
     if need > usable:
         raise ValueError(
-            f"{what} needs about {_gib(need)} ({need} bytes) of {where} memory, but "
-            f"{fraction:.0%} of the {_gib(budget)} free on the {where} is {_gib(usable)}; "
-            f"{change}"
+            f"{what} needs about {format_bytes(need)} ({need} bytes) of {where} memory, but "
+            f"{fraction:.0%} of the {format_bytes(budget)} free on the {where} is "
+            f"{format_bytes(usable)}; {change}"
         )
 
 
@@ -179,13 +180,3 @@ def check_host_bytes(need: int, what: str, change: str) -> None:
     (a `MemoryError` from NumPy would otherwise end it, after a long wait)."""
     if need > _CHECK_FLOOR:
         check_device_bytes(need, what, change, budget=_host_available())
-
-
-def _gib(n: int) -> str:
-    """`n` bytes in binary units, 3 significant digits: `512 B`, `1.5 MiB`, `14.6 TiB`."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1000:
-            return f"{value:.3g} {unit}"
-        value /= 1024
-    return f"{value:.3g} TiB"

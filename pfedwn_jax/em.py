@@ -34,24 +34,15 @@ DEFAULT_TOL = 1e-6
 
 
 def _masks(
-    losses: jax.Array,
-    sample_mask: Any | None,
-    neighbor_mask: Any | None,
+    losses: jax.Array, sample_mask: Any | None, neighbor_mask: Any | None
 ) -> tuple[jax.Array, jax.Array]:
-    """Broadcast the masks to `[..., samples]` and `[..., neighbors]` booleans."""
-    lead = losses.shape[:-2]
-    m, n = losses.shape[-2:]
-    smask = (
-        jnp.ones((*lead, n), bool)
-        if sample_mask is None
-        else jnp.broadcast_to(jnp.asarray(sample_mask, bool), (*lead, n))
-    )
-    nmask = (
-        jnp.ones((*lead, m), bool)
-        if neighbor_mask is None
-        else jnp.broadcast_to(jnp.asarray(neighbor_mask, bool), (*lead, m))
-    )
-    return smask, nmask
+    """Broadcast the masks to `[..., samples]` and `[..., neighbors]` booleans (None: all)."""
+    lead, (m, n) = losses.shape[:-2], losses.shape[-2:]
+
+    def full(mask: Any | None, size: int) -> jax.Array:
+        return jnp.broadcast_to(jnp.asarray(True if mask is None else mask, bool), (*lead, size))
+
+    return full(sample_mask, n), full(neighbor_mask, m)
 
 
 def _validate(losses: Any, sample_mask: Any, neighbor_mask: Any, prior: Any) -> jax.Array:
@@ -196,20 +187,6 @@ def estimate_weights(
     *,
     return_info: Literal[True],
 ) -> tuple[jax.Array, dict[str, jax.Array]]: ...
-
-
-@overload
-def estimate_weights(
-    losses: Any,
-    sample_mask: Any | None = None,
-    neighbor_mask: Any | None = None,
-    prior: Any | None = None,
-    num_iters: int = DEFAULT_NUM_ITERS,
-    tol: float = DEFAULT_TOL,
-    floor: float = 0.0,
-    *,
-    return_info: bool,
-) -> jax.Array | tuple[jax.Array, dict[str, jax.Array]]: ...
 
 
 def estimate_weights(

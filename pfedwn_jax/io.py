@@ -21,14 +21,16 @@ recognises one anywhere in an exception's chain, also as the text of a library's
 from __future__ import annotations
 
 import contextlib
+import csv
 import errno
+import io
 import json
 import os
 import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -109,12 +111,14 @@ def _mount_point(path: Path) -> Path:
     return path
 
 
-def _size(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1024 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TB"
+def format_bytes(n: int) -> str:
+    """`n` bytes as text in binary units, 4 significant digits: `512 B`, `1.5 KiB`, `3 TiB`."""
+    value, units = float(n), ("B", "KiB", "MiB", "GiB", "TiB")
+    for unit in units[:-1]:
+        if abs(value) < 1024:
+            return f"{value:.4g} {unit}"
+        value /= 1024
+    return f"{value:.4g} {units[-1]}"
 
 
 def disk_full_error(path: str | Path) -> DiskFullError:
@@ -124,7 +128,7 @@ def disk_full_error(path: str | Path) -> DiskFullError:
     mount = _mount_point(path)
     try:
         usage = shutil.disk_usage(mount)
-        space = f", {_size(usage.free)} free of {_size(usage.total)}"
+        space = f", {format_bytes(usage.free)} free of {format_bytes(usage.total)}"
     except OSError:
         space = ""
     return DiskFullError(
@@ -316,6 +320,15 @@ def write_npz(file: IO[bytes], arrays: Mapping[str, ArrayLike], compressed: bool
     # numpy's stub lets a `**` mapping reach its `allow_pickle: bool` keyword; every name
     # here is an array's
     save(file, **arrays)  # type: ignore[arg-type]
+
+
+def csv_text(header: Sequence[Any], rows: Iterable[Sequence[Any]]) -> str:
+    """CSV: the `header` line, then one line per row (None: an empty field)."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    return buf.getvalue()
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:

@@ -30,14 +30,14 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from pfedwn_jax._checks import check_bool, check_float, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register, static
+from pfedwn_jax._checks import check_bool, check_float
+from pfedwn_jax.algorithms.base import Algorithm, RoundContext, checked, hparams, register
 from pfedwn_jax.algorithms.common import check_sgd, init_clients, local_update, train_loss_record
 from pfedwn_jax.algorithms.mixing import group_average
 from pfedwn_jax.engine import ClientState, default_loss
 
 
-@hparams
+@hparams(name="apfl")
 class APFLHParams:
     """APFL hyperparameters.
 
@@ -48,15 +48,8 @@ class APFLHParams:
         or keep it fixed. Static.
     """
 
-    alpha: float = 0.5
-    adaptive: bool = static(True)
-
-    def __post_init__(self) -> None:
-        set_fields(
-            self,
-            alpha=check_float("hparams.apfl.alpha", self.alpha, 0.0, 1.0),
-            adaptive=check_bool("hparams.apfl.adaptive", self.adaptive),
-        )
+    alpha: float = checked(0.5, check_float, 0.0, 1.0)
+    adaptive: bool = checked(True, check_bool, static=True)
 
 
 class APFLState(NamedTuple):

@@ -45,9 +45,11 @@ their source). Its fields are leaves of the compiled round, passed in as arrays 
 serves every value; a sweep vmaps over them), unless declared ``static(default)``: a value
 that changes the program (a loop length, a switch, a mode), part of the tree definition. An
 algorithm uses the leaves as numbers (``jnp`` arithmetic, no Python ``if hp.mu == 0``). The
-class validates itself in ``__post_init__`` with ``pfedwn_jax._checks`` and field names as
-the config spells them, e.g. ``"hparams.fedprox.mu"``, and stores the normalised values
-(``2.0 -> 2``); a tree rebuilt from leaves is not validated again. The runner builds it with
+class validates itself in ``__post_init__`` (the built-in ones declare each field's check,
+``checked(default, check_float, 0.0)``, a ``pfedwn_jax._checks`` function, and the decorator
+``hparams(name=...)`` runs them) with field names as the config spells them, e.g.
+``"hparams.fedprox.mu"``, and stores the normalised values (``2.0 -> 2``); a tree rebuilt
+from leaves is not validated again. The runner builds it with
 ``make_hparams(alg, overrides)`` from the config's ``hparams[name]`` dict (unknown keys are a
 ValueError listing the fields).
 
@@ -76,7 +78,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from pfedwn_jax._checks import check_shape
+from pfedwn_jax._checks import check_shape, set_fields
 from pfedwn_jax.data.client_data import ClientData
 
 
@@ -310,7 +312,7 @@ def make_hparams(alg: Algorithm, overrides: Mapping[str, Any] | None = None) -> 
     return alg.hparams(**overrides)
 
 
-def hparams(cls: type[Any]) -> type[Any]:
+def hparams(cls: type[Any] | None = None, *, name: str | None = None) -> Any:
     """Class decorator of an algorithm's hyperparameters: a frozen dataclass and a pytree.
 
     Every field is a leaf of the compiled program (one program serves every value, a sweep
@@ -318,8 +320,13 @@ def hparams(cls: type[Any]) -> type[Any]:
     (an int loop length, a bool, a string), held in the tree's definition. The leaves must be
     used as numbers (``jnp`` arithmetic, no Python ``if hp.mu == 0``). ``__post_init__``
     validates a user's values; rebuilding the tree from leaves (tracers, stacked arrays) does
-    not call it again, so validation never sees a tracer.
+    not call it again, so validation never sees a tracer. With ``name`` (the algorithm's),
+    ``__post_init__`` runs the ``checked`` fields' checks on ``"hparams.<name>.<field>"``.
     """
+    if cls is None:
+        return lambda c: hparams(c, name=name)
+    if name is not None:
+        cls.__post_init__ = _field_checks(name, getattr(cls, "__post_init__", None))
     cls = dataclasses.dataclass(frozen=True)(cls)
     fields = dataclasses.fields(cls)
     data = tuple(f.name for f in fields if f.metadata.get("pytree_node", True))
@@ -344,6 +351,33 @@ def static(default: Any) -> Any:
     """A static field of a ``hparams`` class (or of any ``flax.struct`` dataclass): part of
     the compiled program, not an argument of it."""
     return flax.struct.field(pytree_node=False, default=default)
+
+
+def checked(
+    default: Any, check: Callable[..., Any], *args: Any, static: bool = False, **kw: Any
+) -> Any:
+    """A field of a ``hparams(name=...)`` class that ``check(field's config name, value, *args,
+    **kw)`` validates and normalises; ``static=True``: a static field (``static``)."""
+    return flax.struct.field(not static, default=default, metadata={"check": (check, args, kw)})
+
+
+def _field_checks(name: str, then: Callable[[Any], None] | None) -> Callable[[Any], None]:
+    """The ``__post_init__`` of ``hparams(name=name)``: every ``checked`` field's check, then
+    the class's own ``__post_init__`` (``then``), if it has one."""
+
+    def __post_init__(self: Any) -> None:
+        values = {}
+        for f in dataclasses.fields(self):
+            if "check" in f.metadata:
+                check, args, kw = f.metadata["check"]
+                values[f.name] = check(
+                    f"hparams.{name}.{f.name}", getattr(self, f.name), *args, **kw
+                )
+        set_fields(self, **values)
+        if then is not None:
+            then(self)
+
+    return __post_init__
 
 
 def dynamic_fields(hp_type: type) -> tuple[str, ...]:

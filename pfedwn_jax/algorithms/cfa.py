@@ -33,19 +33,18 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from pfedwn_jax._checks import check_float, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register
+from pfedwn_jax._checks import check_float
+from pfedwn_jax.algorithms.base import RoundContext, checked, hparams, register
 from pfedwn_jax.algorithms.common import (
     BaselineState,
-    eval_own,
+    baseline_algorithm,
     group_average_weights,
-    init_baseline,
     local_update,
 )
 from pfedwn_jax.algorithms.mixing import gossip
 
 
-@hparams
+@hparams(name="cfa")
 class CFAHParams:
     """CFA hyperparameters.
 
@@ -53,10 +52,7 @@ class CFAHParams:
       eps: consensus step size in [0, 1]. Default 0.5 (our choice).
     """
 
-    eps: float = 0.5
-
-    def __post_init__(self) -> None:
-        set_fields(self, eps=check_float("hparams.cfa.eps", self.eps, 0.0, 1.0))
+    eps: float = checked(0.5, check_float, 0.0, 1.0)
 
 
 def consensus_weights(ctx: RoundContext, eps: Any) -> jax.Array:
@@ -77,22 +73,15 @@ def _round(
     return BaselineState(clients, metrics["loss"]), sent
 
 
-def _records(state: BaselineState, ctx: RoundContext, hp: CFAHParams) -> dict[str, jax.Array]:
-    return {"train_loss": state.train_loss}
-
-
 def _mixing(state: BaselineState, ctx: RoundContext, hp: CFAHParams) -> jax.Array:
     return consensus_weights(ctx, hp.eps)
 
 
 CFA = register(
-    Algorithm(
+    baseline_algorithm(
         name="cfa",
         hparams=CFAHParams,
-        init=init_baseline,
         round=_round,
-        eval_params=eval_own,
-        records=_records,
         mixing_weights=_mixing,
         description="CFA: consensus step on the neighbors' models, then local training",
         family="decentralized",

@@ -36,9 +36,15 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from pfedwn_jax._checks import check_float, check_int, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register
-from pfedwn_jax.algorithms.common import group_average_weights, init_clients, local_update
+from pfedwn_jax._checks import check_float, check_int
+from pfedwn_jax.algorithms.base import RoundContext, checked, hparams, register
+from pfedwn_jax.algorithms.common import (
+    baseline_algorithm,
+    group_average_weights,
+    init_clients,
+    local_update,
+    state_records,
+)
 from pfedwn_jax.algorithms.mixing import fresh_mask, gossip
 from pfedwn_jax.algorithms.phases import Phase, Sizes, baseline
 from pfedwn_jax.engine import ClientState, flatten_slots
@@ -47,7 +53,7 @@ from pfedwn_jax.engine import ClientState, flatten_slots
 SPLIT_LIMIT = 1024
 
 
-@hparams
+@hparams(name="cfl")
 class CFLHParams:
     """CFL hyperparameters (the authors' code's defaults).
 
@@ -58,17 +64,9 @@ class CFLHParams:
       warmup: rounds before the first split (>= 0). Default 20.
     """
 
-    eps1: float = 0.4
-    eps2: float = 1.6
-    warmup: int = 20
-
-    def __post_init__(self) -> None:
-        set_fields(
-            self,
-            eps1=check_float("hparams.cfl.eps1", self.eps1, 0.0),
-            eps2=check_float("hparams.cfl.eps2", self.eps2, 0.0),
-            warmup=check_int("hparams.cfl.warmup", self.warmup, 0),
-        )
+    eps1: float = checked(0.4, check_float, 0.0)
+    eps2: float = checked(1.6, check_float, 0.0)
+    warmup: int = checked(20, check_int, 0)
 
 
 class CFLState(NamedTuple):
@@ -158,25 +156,13 @@ def memory_phases(sz: Sizes, hp: Any) -> list[Phase]:
     return [*baseline(sz, hp), split]
 
 
-def _eval(state: CFLState, ctx: RoundContext, hp: CFLHParams) -> Any:
-    return state.clients.params
-
-
-def _records(state: CFLState, ctx: RoundContext, hp: CFLHParams) -> dict[str, jax.Array]:
-    return {
-        "train_loss": state.train_loss,
-        "cluster": state.cluster,
-    }
-
-
 CFL = register(
-    Algorithm(
+    baseline_algorithm(
         name="cfl",
         hparams=CFLHParams,
         init=_init,
         round=_round,
-        eval_params=_eval,
-        records=_records,
+        records=state_records(cluster="cluster"),
         description="CFL: split a stalled cluster by the cosine similarity of its updates",
         family="clustered",
         default=False,

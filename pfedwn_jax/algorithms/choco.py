@@ -35,9 +35,14 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from pfedwn_jax._checks import check_choice, check_float, check_int, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register, static
-from pfedwn_jax.algorithms.common import init_clients, local_update
+from pfedwn_jax._checks import check_choice, check_float, check_int
+from pfedwn_jax.algorithms.base import RoundContext, checked, hparams, register
+from pfedwn_jax.algorithms.common import (
+    baseline_algorithm,
+    init_clients,
+    local_update,
+    state_records,
+)
 from pfedwn_jax.algorithms.mixing import gossip, mh_weights
 from pfedwn_jax.engine import ClientState
 from pfedwn_jax.engine.compression import Compressor, Identity, Quantize, TopK
@@ -46,7 +51,7 @@ from pfedwn_jax.engine.compression import Compressor, Identity, Quantize, TopK
 COMPRESS_SALT = 0xC0C0
 
 
-@hparams
+@hparams(name="choco")
 class ChocoHParams:
     """CHOCO-SGD hyperparameters.
 
@@ -59,23 +64,10 @@ class ChocoHParams:
         paper's top-1%. Static.
     """
 
-    gamma: float = 0.8
-    compression: str = static("qsgd")
-    bits: int = static(8)
-    fraction: float = static(0.01)
-
-    def __post_init__(self) -> None:
-        set_fields(
-            self,
-            gamma=check_float("hparams.choco.gamma", self.gamma, 0.0, 1.0, low_inclusive=False),
-            compression=check_choice(
-                "hparams.choco.compression", self.compression, ("qsgd", "topk", "none")
-            ),
-            bits=check_int("hparams.choco.bits", self.bits, 2, 32),
-            fraction=check_float(
-                "hparams.choco.fraction", self.fraction, 0.0, 1.0, low_inclusive=False
-            ),
-        )
+    gamma: float = checked(0.8, check_float, 0.0, 1.0, low_inclusive=False)
+    compression: str = checked("qsgd", check_choice, ("qsgd", "topk", "none"), static=True)
+    bits: int = checked(8, check_int, 2, 32, static=True)
+    fraction: float = checked(0.01, check_float, 0.0, 1.0, low_inclusive=False, static=True)
 
 
 class ChocoState(NamedTuple):
@@ -119,22 +111,13 @@ def _round(
     return new, public
 
 
-def _eval(state: ChocoState, ctx: RoundContext, hp: ChocoHParams) -> Any:
-    return state.clients.params
-
-
-def _records(state: ChocoState, ctx: RoundContext, hp: ChocoHParams) -> dict[str, jax.Array]:
-    return {"train_loss": state.train_loss, "bits": state.bits}
-
-
 CHOCO = register(
-    Algorithm(
+    baseline_algorithm(
         name="choco",
         hparams=ChocoHParams,
         init=_init,
         round=_round,
-        eval_params=_eval,
-        records=_records,
+        records=state_records(bits="bits"),
         mixing_weights=lambda state, ctx, hp: mh_weights(ctx),
         description="CHOCO-SGD: gossip of compressed differences with public copies",
         family="decentralized",

@@ -4,7 +4,8 @@
   slots' models, to train them locally and to average them over their neighbor lists
   (``group_average_matrix`` is the dense ``[S, S]`` form, kept for small networks and tests).
 - ``BaselineState``, ``init_baseline``, ``eval_own``, ``train_loss_record``: the state and the
-  functions of the methods that keep one model per slot and nothing else.
+  functions of the methods that keep one model per slot and nothing else (``state_records``:
+  their records with further state fields; ``baseline_algorithm``: their ``Algorithm``).
 - ``average_in_groups``, ``train_then_average``: FedAvg's round, reused by its variants.
 - ``sq_norm_diff``, ``proximal_loss``: a local objective with a pull towards an anchor model.
 - ``neighbor_models``, ``neighbor_distances``: the one way an algorithm reads the models on
@@ -21,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pfedwn_jax._checks import check_shape, is_concrete
-from pfedwn_jax.algorithms.base import RoundContext
+from pfedwn_jax.algorithms.base import Algorithm, RoundContext
 from pfedwn_jax.engine import (
     ClientState,
     broadcast_slots,
@@ -199,6 +200,25 @@ def eval_own(state: Any, ctx: RoundContext, hp: Any) -> Any:
 def train_loss_record(state: Any, ctx: RoundContext, hp: Any) -> dict[str, jax.Array]:
     """The per-round record ``{"train_loss": [S]}``."""
     return {"train_loss": state.train_loss}
+
+
+def state_records(**fields: str) -> Callable[..., dict[str, jax.Array]]:
+    """A records function: ``train_loss [S]`` and, per ``name=attr``, ``state.<attr>``."""
+
+    def records(state: Any, ctx: RoundContext, hp: Any) -> dict[str, jax.Array]:
+        return {
+            **train_loss_record(state, ctx, hp),
+            **{k: getattr(state, a) for k, a in fields.items()},
+        }
+
+    return records
+
+
+def baseline_algorithm(**fields: Any) -> Algorithm:
+    """An ``Algorithm`` of a method that keeps one model per slot: ``init_baseline``,
+    ``eval_own`` and ``train_loss_record`` unless ``fields`` name others."""
+    defaults = {"init": init_baseline, "eval_params": eval_own, "records": train_loss_record}
+    return Algorithm(**{**defaults, **fields})
 
 
 def neighbor_models(params: Any, ctx: RoundContext) -> tuple[Any, jax.Array]:

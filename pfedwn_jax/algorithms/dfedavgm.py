@@ -29,15 +29,15 @@ from typing import Any
 import jax
 import optax
 
-from pfedwn_jax._checks import check_float, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register
-from pfedwn_jax.algorithms.common import BaselineState, eval_own, init_baseline, local_update
-from pfedwn_jax.algorithms.dpsgd import gossip_baseline_records, mh_mixing
+from pfedwn_jax._checks import check_float
+from pfedwn_jax.algorithms.base import RoundContext, checked, hparams, register
+from pfedwn_jax.algorithms.common import BaselineState, baseline_algorithm, local_update
+from pfedwn_jax.algorithms.dpsgd import mh_mixing
 from pfedwn_jax.algorithms.mixing import gossip, mh_weights
 from pfedwn_jax.engine import ClientState
 
 
-@hparams
+@hparams(name="dfedavgm")
 class DFedAvgMHParams:
     """DFedAvgM hyperparameters.
 
@@ -45,13 +45,7 @@ class DFedAvgMHParams:
       momentum: heavy-ball momentum theta of the local steps, in [0, 1). Default 0.9.
     """
 
-    momentum: float = 0.9
-
-    def __post_init__(self) -> None:
-        value = check_float(
-            "hparams.dfedavgm.momentum", self.momentum, 0.0, 1.0, high_inclusive=False
-        )
-        set_fields(self, momentum=value)
+    momentum: float = checked(0.9, check_float, 0.0, 1.0, high_inclusive=False)
 
 
 def _round(
@@ -67,13 +61,10 @@ def _round(
 
 
 DFEDAVGM = register(
-    Algorithm(
+    baseline_algorithm(
         name="dfedavgm",
         hparams=DFedAvgMHParams,
-        init=init_baseline,
         round=_round,
-        eval_params=eval_own,
-        records=gossip_baseline_records,
         mixing_weights=mh_mixing,
         description="DFedAvgM: local heavy-ball SGD, then a Metropolis-Hastings gossip average",
         family="decentralized",

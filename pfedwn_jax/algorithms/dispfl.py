@@ -37,9 +37,9 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from pfedwn_jax._checks import check_float, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register, static
-from pfedwn_jax.algorithms.common import init_clients, local_update
+from pfedwn_jax._checks import check_float
+from pfedwn_jax.algorithms.base import RoundContext, checked, hparams, register
+from pfedwn_jax.algorithms.common import baseline_algorithm, init_clients, local_update
 from pfedwn_jax.algorithms.mixing import gossip
 from pfedwn_jax.engine import ClientState, default_loss, mix_sparse
 
@@ -47,7 +47,7 @@ from pfedwn_jax.engine import ClientState, default_loss, mix_sparse
 MASK_SALT = 0xD15
 
 
-@hparams
+@hparams(name="dispfl")
 class DisPFLHParams:
     """DisPFL hyperparameters.
 
@@ -55,11 +55,7 @@ class DisPFLHParams:
       density: kept share of each weight matrix's entries, in (0, 1]. Default 0.5. Static.
     """
 
-    density: float = static(0.5)
-
-    def __post_init__(self) -> None:
-        value = check_float("hparams.dispfl.density", self.density, 0.0, 1.0, low_inclusive=False)
-        set_fields(self, density=value)
+    density: float = checked(0.5, check_float, 0.0, 1.0, low_inclusive=False, static=True)
 
 
 class DisPFLState(NamedTuple):
@@ -124,22 +120,12 @@ def _round(
     return DisPFLState(clients, state.masks, metrics["loss"]), sent
 
 
-def _eval(state: DisPFLState, ctx: RoundContext, hp: DisPFLHParams) -> Any:
-    return state.clients.params
-
-
-def _records(state: DisPFLState, ctx: RoundContext, hp: DisPFLHParams) -> dict[str, jax.Array]:
-    return {"train_loss": state.train_loss}
-
-
 DISPFL = register(
-    Algorithm(
+    baseline_algorithm(
         name="dispfl",
         hparams=DisPFLHParams,
         init=_init,
         round=_round,
-        eval_params=_eval,
-        records=_records,
         description="DisPFL: personalized sparse masks, coordinates averaged where masks overlap",
         family="decentralized",
         default=False,

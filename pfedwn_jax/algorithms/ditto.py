@@ -27,19 +27,19 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from pfedwn_jax._checks import check_float, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register
+from pfedwn_jax._checks import check_float
+from pfedwn_jax.algorithms.base import RoundContext, checked, hparams, register
 from pfedwn_jax.algorithms.common import (
     average_in_groups,
+    baseline_algorithm,
     init_clients,
     local_update,
     proximal_loss,
-    train_loss_record,
 )
 from pfedwn_jax.engine import ClientState, default_loss
 
 
-@hparams
+@hparams(name="ditto")
 class DittoHParams:
     """Ditto hyperparameters.
 
@@ -49,10 +49,7 @@ class DittoHParams:
         0.2, 0.5, 1, 2} of Li et al. 2021 (their appendix; our pick for the small models).
     """
 
-    lam: float = 0.1
-
-    def __post_init__(self) -> None:
-        set_fields(self, lam=check_float("hparams.ditto.lam", self.lam, 0.0))
+    lam: float = checked(0.1, check_float, 0.0)
 
 
 class DittoState(NamedTuple):
@@ -90,13 +87,12 @@ def _eval(state: DittoState, ctx: RoundContext, hp: DittoHParams) -> Any:
 
 
 DITTO = register(
-    Algorithm(
+    baseline_algorithm(
         name="ditto",
         hparams=DittoHParams,
         init=_init,
         round=_round,
         eval_params=_eval,
-        records=train_loss_record,
         description="FedAvg's global model plus a personal model pulled towards it",
         family="regularized",
         default=False,

@@ -32,8 +32,8 @@ from typing import Any
 
 import jax
 
-from pfedwn_jax.algorithms.base import Algorithm, NoHParams, RoundContext, register
-from pfedwn_jax.algorithms.common import BaselineState, eval_own, init_baseline, local_update
+from pfedwn_jax.algorithms.base import NoHParams, RoundContext, register
+from pfedwn_jax.algorithms.common import BaselineState, baseline_algorithm, local_update
 from pfedwn_jax.algorithms.mixing import gossip, mh_weights
 
 
@@ -53,24 +53,16 @@ def _round(
     return gossip_after_training(state, key, ctx)
 
 
-def gossip_baseline_records(state: Any, ctx: RoundContext, hp: Any) -> dict[str, jax.Array]:
-    """``train_loss [S]``."""
-    return {"train_loss": state.train_loss}
-
-
 def mh_mixing(state: Any, ctx: RoundContext, hp: Any) -> jax.Array:
     """``[S, K]`` the round's Metropolis-Hastings weights (``Algorithm.mixing_weights``)."""
     return mh_weights(ctx)
 
 
 DPSGD = register(
-    Algorithm(
+    baseline_algorithm(
         name="dpsgd",
         hparams=NoHParams,
-        init=init_baseline,
         round=_round,
-        eval_params=eval_own,
-        records=gossip_baseline_records,
         mixing_weights=mh_mixing,
         description="D-PSGD: local SGD, then a Metropolis-Hastings gossip average",
         family="decentralized",

@@ -37,22 +37,21 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from pfedwn_jax._checks import check_float, check_int, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register, static
+from pfedwn_jax._checks import check_float, check_int
+from pfedwn_jax.algorithms.base import RoundContext, checked, hparams, register
 from pfedwn_jax.algorithms.common import (
-    eval_own,
+    baseline_algorithm,
     group_average_weights,
     init_clients,
     local_update,
     neighbor_models,
-    train_loss_record,
 )
 from pfedwn_jax.algorithms.split import split_keys
 from pfedwn_jax.engine import ClientState, mix_sparse, weighted_ce
 from pfedwn_jax.models.split import head_of, with_head
 
 
-@hparams
+@hparams(name="fedala")
 class FedALAHParams:
     """FedALA hyperparameters (defaults: Zhang et al. 2023 and PFLlib's ``ALA``).
 
@@ -62,19 +61,9 @@ class FedALAHParams:
       start_epochs: passes of weight learning in the first active round (static). Default 20.
     """
 
-    eta: float = 1.0
-    rand_fraction: float = 0.8
-    start_epochs: int = static(20)
-
-    def __post_init__(self) -> None:
-        set_fields(
-            self,
-            eta=check_float("hparams.fedala.eta", self.eta, 0.0),
-            rand_fraction=check_float(
-                "hparams.fedala.rand_fraction", self.rand_fraction, 0.0, 1.0, low_inclusive=False
-            ),
-            start_epochs=check_int("hparams.fedala.start_epochs", self.start_epochs, 1),
-        )
+    eta: float = checked(1.0, check_float, 0.0)
+    rand_fraction: float = checked(0.8, check_float, 0.0, 1.0, low_inclusive=False)
+    start_epochs: int = checked(20, check_int, 1, static=True)
 
 
 class FedALAState(NamedTuple):
@@ -152,13 +141,11 @@ def _round(
 
 
 FEDALA = register(
-    Algorithm(
+    baseline_algorithm(
         name="fedala",
         hparams=FedALAHParams,
         init=_init,
         round=_round,
-        eval_params=eval_own,
-        records=train_loss_record,
         description="group model mixed into the own head with learned element-wise weights",
         family="personalized-aggregation",
         default=False,

@@ -48,34 +48,18 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from pfedwn_jax._checks import (
-    INT32_MAX,
-    check_bool,
-    check_choice,
-    check_float,
-    check_int,
-    set_fields,
-)
-from pfedwn_jax.algorithms.base import (
-    Algorithm,
-    RoundContext,
-    hparams,
-    neighbor_lists,
-    register,
-    static,
-)
+from pfedwn_jax._checks import INT32_MAX, check_bool, check_choice, check_float, check_int
+from pfedwn_jax.algorithms.base import RoundContext, checked, hparams, neighbor_lists, register
 from pfedwn_jax.algorithms.common import (
     BaselineState,
+    baseline_algorithm,
     check_shape,
     check_square,
-    eval_own,
-    init_baseline,
     local_update,
     neighbor_distances,
     neighbor_models,
     proximal_loss,
     sq_norm_diff,
-    train_loss_record,
 )
 from pfedwn_jax.algorithms.phases import Phase, Sizes, baseline, plus
 from pfedwn_jax.engine import default_loss, mix_sparse
@@ -88,7 +72,7 @@ SIGMA_FLOOR = 1e-12
 _LOG_ZERO = -1e30
 
 
-@hparams
+@hparams(name="fedamp")
 class FedAMPHParams:
     """FedAMP hyperparameters (Huang et al. 2021 tune them per dataset; defaults are ours).
 
@@ -113,27 +97,13 @@ class FedAMPHParams:
         depend on it (tested bit for bit on the CPU).
     """
 
-    alpha_k: float = 1.0
-    sigma: float = 1.0
-    lam: float = 1.0
-    sigma_mode: str = static("fixed")
-    sigma_scale: float = 1.0
-    detach_attention: bool = static(True)
-    chunk: int = static(0)
-
-    def __post_init__(self) -> None:
-        set_fields(
-            self,
-            alpha_k=check_float("hparams.fedamp.alpha_k", self.alpha_k, 0.0, low_inclusive=False),
-            sigma=check_float("hparams.fedamp.sigma", self.sigma, 0.0, low_inclusive=False),
-            lam=check_float("hparams.fedamp.lam", self.lam, 0.0),
-            sigma_mode=check_choice("hparams.fedamp.sigma_mode", self.sigma_mode, SIGMA_MODES),
-            sigma_scale=check_float(
-                "hparams.fedamp.sigma_scale", self.sigma_scale, 0.0, low_inclusive=False
-            ),
-            detach_attention=check_bool("hparams.fedamp.detach_attention", self.detach_attention),
-            chunk=check_int("hparams.fedamp.chunk", self.chunk, 0, INT32_MAX),
-        )
+    alpha_k: float = checked(1.0, check_float, 0.0, low_inclusive=False)
+    sigma: float = checked(1.0, check_float, 0.0, low_inclusive=False)
+    lam: float = checked(1.0, check_float, 0.0)
+    sigma_mode: str = checked("fixed", check_choice, SIGMA_MODES, static=True)
+    sigma_scale: float = checked(1.0, check_float, 0.0, low_inclusive=False)
+    detach_attention: bool = checked(True, check_bool, static=True)
+    chunk: int = checked(0, check_int, 0, INT32_MAX, static=True)
 
 
 def attention_weights(
@@ -261,13 +231,10 @@ def memory_phases(sz: Sizes, hp: Any) -> list[Phase]:
 
 
 FEDAMP = register(
-    Algorithm(
+    baseline_algorithm(
         name="fedamp",
         hparams=FedAMPHParams,
-        init=init_baseline,
         round=_round,
-        eval_params=eval_own,
-        records=train_loss_record,
         description="attentive message passing with a proximal term to the cloud model",
         memory_phases=memory_phases,
         family="personalized-aggregation",

@@ -12,14 +12,8 @@ from typing import Any
 
 import jax
 
-from pfedwn_jax.algorithms.base import Algorithm, NoHParams, RoundContext, register
-from pfedwn_jax.algorithms.common import (
-    BaselineState,
-    eval_own,
-    init_baseline,
-    train_loss_record,
-    train_then_average,
-)
+from pfedwn_jax.algorithms.base import NoHParams, RoundContext, register
+from pfedwn_jax.algorithms.common import BaselineState, baseline_algorithm, train_then_average
 
 
 def _round(
@@ -29,13 +23,10 @@ def _round(
 
 
 FEDAVG = register(
-    Algorithm(
+    baseline_algorithm(
         name="fedavg",
         hparams=NoHParams,
-        init=init_baseline,
         round=_round,
-        eval_params=eval_own,
-        records=train_loss_record,
         description="sample-weighted model average inside each group",
         family="traditional",
     )

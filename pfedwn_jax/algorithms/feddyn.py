@@ -27,20 +27,19 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from pfedwn_jax._checks import check_float, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register
+from pfedwn_jax._checks import check_float
+from pfedwn_jax.algorithms.base import RoundContext, checked, hparams, register
 from pfedwn_jax.algorithms.common import (
-    eval_own,
+    baseline_algorithm,
     init_clients,
     local_update,
     sq_norm_diff,
-    train_loss_record,
 )
 from pfedwn_jax.algorithms.mixing import group_average
 from pfedwn_jax.engine import ClientState, default_loss
 
 
-@hparams
+@hparams(name="feddyn")
 class FedDynHParams:
     """FedDyn hyperparameters.
 
@@ -49,11 +48,7 @@ class FedDynHParams:
         {0.1, 0.01, 0.001} (Acar et al. 2021, Appendix) and PFLlib's default.
     """
 
-    alpha: float = 0.01
-
-    def __post_init__(self) -> None:
-        name = "hparams.feddyn.alpha"
-        set_fields(self, alpha=check_float(name, self.alpha, 0.0, low_inclusive=False))
+    alpha: float = checked(0.01, check_float, 0.0, low_inclusive=False)
 
 
 class FedDynState(NamedTuple):
@@ -102,13 +97,11 @@ def _round(
 
 
 FEDDYN = register(
-    Algorithm(
+    baseline_algorithm(
         name="feddyn",
         hparams=FedDynHParams,
         init=_init,
         round=_round,
-        eval_params=eval_own,
-        records=train_loss_record,
         description="dynamic regularization aligning local and global stationary points",
         family="traditional",
         default=False,

@@ -32,15 +32,15 @@ import jax
 import jax.numpy as jnp
 
 from pfedwn_jax import em
-from pfedwn_jax._checks import check_int, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register, static
-from pfedwn_jax.algorithms.common import init_clients, local_update
+from pfedwn_jax._checks import check_int
+from pfedwn_jax.algorithms.base import Algorithm, RoundContext, checked, hparams, register
+from pfedwn_jax.algorithms.common import eval_own, init_clients, local_update, state_records
 from pfedwn_jax.algorithms.mixing import group_average
 from pfedwn_jax.algorithms.phases import Phase, Sizes, evaluation, mixing, plus, training
 from pfedwn_jax.engine import ClientState, cross_evaluate
 
 
-@hparams
+@hparams(name="fedem")
 class FedEMHParams:
     """FedEM hyperparameters.
 
@@ -49,11 +49,7 @@ class FedEMHParams:
         (Marfoq et al. 2021, Sec. 5; the authors' ``n_learners``). Static.
     """
 
-    components: int = static(3)
-
-    def __post_init__(self) -> None:
-        name = "hparams.fedem.components"
-        set_fields(self, components=check_int(name, self.components, 1))
+    components: int = checked(3, check_int, 1, static=True)
 
 
 class FedEMState(NamedTuple):
@@ -108,14 +104,6 @@ def _eval(state: FedEMState, ctx: RoundContext, hp: FedEMHParams) -> Any:
     return jax.tree.map(lambda a: jax.vmap(lambda x, i: x[i])(a, top), state.clients.params)
 
 
-def _sent(state: FedEMState, ctx: RoundContext, hp: FedEMHParams) -> Any:
-    return state.clients.params
-
-
-def _records(state: FedEMState, ctx: RoundContext, hp: FedEMHParams) -> dict[str, jax.Array]:
-    return {"train_loss": state.train_loss, "pi": state.pi}
-
-
 def memory_phases(sz: Sizes, hp: Any) -> list[Phase]:
     """FedEM: the `S M` components are trained (a second copy of them and their optimizer
     state beside the state's), cross-evaluated on their slot's training data first (the
@@ -136,11 +124,11 @@ FEDEM = register(
         init=_init,
         round=_round,
         eval_params=_eval,
-        records=_records,
+        records=state_records(pi="pi"),
         description="M shared component models mixed per slot by federated EM",
         family="mixture",
         default=False,
-        sent_params=_sent,
+        sent_params=eval_own,
         memory_phases=memory_phases,
     )
 )

@@ -31,19 +31,20 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from pfedwn_jax._checks import check_float, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register
+from pfedwn_jax._checks import check_float
+from pfedwn_jax.algorithms.base import RoundContext, checked, hparams, register
 from pfedwn_jax.algorithms.common import (
-    eval_own,
+    baseline_algorithm,
     init_clients,
     local_update,
     neighbor_distances,
     neighbor_models,
+    state_records,
 )
 from pfedwn_jax.engine import ClientState, mix_sparse, weighted_ce
 
 
-@hparams
+@hparams(name="fedfomo")
 class FedFomoHParams:
     """FedFomo hyperparameters.
 
@@ -52,13 +53,7 @@ class FedFomoHParams:
         (in [0, 1)); default 0.2, PFLlib's ``val_ratio``.
     """
 
-    val_fraction: float = 0.2
-
-    def __post_init__(self) -> None:
-        name = "hparams.fedfomo.val_fraction"
-        set_fields(
-            self, val_fraction=check_float(name, self.val_fraction, 0.0, 1.0, high_inclusive=False)
-        )
+    val_fraction: float = checked(0.2, check_float, 0.0, 1.0, high_inclusive=False)
 
 
 class FedFomoState(NamedTuple):
@@ -132,18 +127,13 @@ def _round(
     return FedFomoState(clients, metrics["loss"], weights), sent
 
 
-def _records(state: FedFomoState, ctx: RoundContext, hp: Any) -> dict[str, jax.Array]:
-    return {"train_loss": state.train_loss, "fomo_weights": state.weights}
-
-
 FEDFOMO = register(
-    Algorithm(
+    baseline_algorithm(
         name="fedfomo",
         hparams=FedFomoHParams,
         init=_init,
         round=_round,
-        eval_params=eval_own,
-        records=_records,
+        records=state_records(fomo_weights="weights"),
         description="neighbors weighted by their loss improvement on own validation data",
         family="personalized-aggregation",
         default=False,

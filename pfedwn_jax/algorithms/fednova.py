@@ -27,15 +27,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from pfedwn_jax.algorithms.base import Algorithm, NoHParams, RoundContext, register
+from pfedwn_jax.algorithms.base import NoHParams, RoundContext, register
 from pfedwn_jax.algorithms.common import (
     BaselineState,
-    eval_own,
+    baseline_algorithm,
     group_average_weights,
-    init_baseline,
     local_update,
     neighbor_models,
-    train_loss_record,
 )
 from pfedwn_jax.engine import mix_sparse
 
@@ -72,13 +70,10 @@ def _round(
 
 
 FEDNOVA = register(
-    Algorithm(
+    baseline_algorithm(
         name="fednova",
         hparams=NoHParams,
-        init=init_baseline,
         round=_round,
-        eval_params=eval_own,
-        records=train_loss_record,
         description="normalized averaging of the local updates by their step counts",
         family="traditional",
         default=False,

@@ -11,21 +11,19 @@ from typing import Any
 
 import jax
 
-from pfedwn_jax._checks import check_float, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register
+from pfedwn_jax._checks import check_float
+from pfedwn_jax.algorithms.base import RoundContext, checked, hparams, register
 from pfedwn_jax.algorithms.common import (
     BaselineState,
-    eval_own,
-    init_baseline,
+    baseline_algorithm,
     proximal_loss,
-    train_loss_record,
     train_then_average,
 )
 from pfedwn_jax.algorithms.phases import Phase, Sizes, baseline, plus
 from pfedwn_jax.engine import default_loss
 
 
-@hparams
+@hparams(name="fedprox")
 class FedProxHParams:
     """FedProx hyperparameters.
 
@@ -34,10 +32,7 @@ class FedProxHParams:
         {0.001, 0.01, 0.1, 1} of Li et al. 2020 (our pick for the small MNIST models).
     """
 
-    mu: float = 0.01
-
-    def __post_init__(self) -> None:
-        set_fields(self, mu=check_float("hparams.fedprox.mu", self.mu, 0.0))
+    mu: float = checked(0.01, check_float, 0.0)
 
 
 def _round(
@@ -55,13 +50,10 @@ def memory_phases(sz: Sizes, hp: Any) -> list[Phase]:
 
 
 FEDPROX = register(
-    Algorithm(
+    baseline_algorithm(
         name="fedprox",
         hparams=FedProxHParams,
-        init=init_baseline,
         round=_round,
-        eval_params=eval_own,
-        records=train_loss_record,
         description="FedAvg with a proximal term mu/2 ||w - w_round_start||^2",
         memory_phases=memory_phases,
         family="traditional",

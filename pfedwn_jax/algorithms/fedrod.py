@@ -38,8 +38,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from pfedwn_jax.algorithms.base import Algorithm, NoHParams, RoundContext, register
-from pfedwn_jax.algorithms.common import init_clients, local_update, train_loss_record
+from pfedwn_jax.algorithms.base import NoHParams, RoundContext, register
+from pfedwn_jax.algorithms.common import baseline_algorithm, init_clients, local_update
 from pfedwn_jax.algorithms.split import average_part, split_keys
 from pfedwn_jax.engine import ClientState, weighted_ce
 from pfedwn_jax.models.split import head_of, with_head
@@ -102,13 +102,12 @@ def _eval(state: FedRoDState, ctx: RoundContext, hp: Any) -> Any:
 
 
 FEDROD = register(
-    Algorithm(
+    baseline_algorithm(
         name="fedrod",
         hparams=NoHParams,
         init=_init,
         round=_round,
         eval_params=_eval,
-        records=train_loss_record,
         description="generic model (balanced softmax) averaged, plus a personal head",
         family="splitting",
         default=False,

@@ -35,14 +35,20 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from pfedwn_jax._checks import check_int, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register, static
-from pfedwn_jax.algorithms.common import group_average_weights, init_clients, local_update
+from pfedwn_jax._checks import check_int
+from pfedwn_jax.algorithms.base import RoundContext, checked, hparams, register
+from pfedwn_jax.algorithms.common import (
+    baseline_algorithm,
+    group_average_weights,
+    init_clients,
+    local_update,
+    state_records,
+)
 from pfedwn_jax.algorithms.mixing import fresh_mask, gossip
 from pfedwn_jax.engine import ClientState, broadcast_slots, evaluate, where_slots
 
 
-@hparams
+@hparams(name="ifca")
 class IFCAHParams:
     """IFCA hyperparameters.
 
@@ -50,10 +56,7 @@ class IFCAHParams:
       clusters: the number k of cluster models (>= 1). Default 2. Static.
     """
 
-    clusters: int = static(2)
-
-    def __post_init__(self) -> None:
-        set_fields(self, clusters=check_int("hparams.ifca.clusters", self.clusters, 1))
+    clusters: int = checked(2, check_int, 1, static=True)
 
 
 class IFCAState(NamedTuple):
@@ -114,25 +117,13 @@ def _round(
     return IFCAState(clients, models, choice, metrics["loss"]), trained.params
 
 
-def _eval(state: IFCAState, ctx: RoundContext, hp: IFCAHParams) -> Any:
-    return state.clients.params
-
-
-def _records(state: IFCAState, ctx: RoundContext, hp: IFCAHParams) -> dict[str, jax.Array]:
-    return {
-        "train_loss": state.train_loss,
-        "cluster": state.cluster,
-    }
-
-
 IFCA = register(
-    Algorithm(
+    baseline_algorithm(
         name="ifca",
         hparams=IFCAHParams,
         init=_init,
         round=_round,
-        eval_params=_eval,
-        records=_records,
+        records=state_records(cluster="cluster"),
         description="IFCA: k cluster models, each node joins the one of lowest loss on its data",
         family="clustered",
         default=False,

@@ -6,14 +6,8 @@ from typing import Any
 
 import jax
 
-from pfedwn_jax.algorithms.base import Algorithm, NoHParams, RoundContext, register
-from pfedwn_jax.algorithms.common import (
-    BaselineState,
-    eval_own,
-    init_baseline,
-    local_update,
-    train_loss_record,
-)
+from pfedwn_jax.algorithms.base import NoHParams, RoundContext, register
+from pfedwn_jax.algorithms.common import BaselineState, baseline_algorithm, local_update
 from pfedwn_jax.algorithms.phases import Phase, Sizes, baseline
 
 
@@ -31,13 +25,10 @@ def memory_phases(sz: Sizes, hp: Any) -> list[Phase]:
 
 
 LOCAL = register(
-    Algorithm(
+    baseline_algorithm(
         name="local",
         hparams=NoHParams,
-        init=init_baseline,
         round=_round,
-        eval_params=eval_own,
-        records=train_loss_record,
         description="local training only (no communication)",
         memory_phases=memory_phases,
         family="local",

@@ -29,20 +29,19 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from pfedwn_jax._checks import check_float, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register
+from pfedwn_jax._checks import check_float
+from pfedwn_jax.algorithms.base import RoundContext, checked, hparams, register
 from pfedwn_jax.algorithms.common import (
     average_in_groups,
-    eval_own,
+    baseline_algorithm,
     init_clients,
     local_update,
-    train_loss_record,
 )
 from pfedwn_jax.engine import ClientState, weighted_ce
 from pfedwn_jax.models.split import require_split
 
 
-@hparams
+@hparams(name="moon")
 class MoonHParams:
     """MOON hyperparameters.
 
@@ -52,15 +51,8 @@ class MoonHParams:
       tau: temperature of the contrast (> 0). Default 0.5, Li et al. 2021's.
     """
 
-    mu: float = 1.0
-    tau: float = 0.5
-
-    def __post_init__(self) -> None:
-        set_fields(
-            self,
-            mu=check_float("hparams.moon.mu", self.mu, 0.0),
-            tau=check_float("hparams.moon.tau", self.tau, 0.0, low_inclusive=False),
-        )
+    mu: float = checked(1.0, check_float, 0.0)
+    tau: float = checked(0.5, check_float, 0.0, low_inclusive=False)
 
 
 class MoonState(NamedTuple):
@@ -113,13 +105,11 @@ def _round(
 
 
 MOON = register(
-    Algorithm(
+    baseline_algorithm(
         name="moon",
         hparams=MoonHParams,
         init=_init,
         round=_round,
-        eval_params=eval_own,
-        records=train_loss_record,
         description="FedAvg with a model-contrastive term on the representation",
         family="traditional",
         default=False,

@@ -35,14 +35,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from pfedwn_jax._checks import check_bool, check_choice, check_float, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register, static
-from pfedwn_jax.algorithms.common import (
-    BaselineState,
-    init_baseline,
-    train_loss_record,
-    train_then_average,
-)
+from pfedwn_jax._checks import check_bool, check_choice, check_float
+from pfedwn_jax.algorithms.base import RoundContext, checked, hparams, register
+from pfedwn_jax.algorithms.common import BaselineState, baseline_algorithm, train_then_average
 from pfedwn_jax.algorithms.phases import Phase, Sizes, evaluation, training
 from pfedwn_jax.engine import default_loss, per_sample_ce
 
@@ -53,7 +48,7 @@ HESSIAN_VARIANTS = ("hf", "exact")
 EVAL_CHUNK = 256
 
 
-@hparams
+@hparams(name="perfedavg")
 class PerFedAvgHParams:
     """Per-FedAvg hyperparameters.
 
@@ -74,19 +69,10 @@ class PerFedAvgHParams:
         True); False reuses the whole minibatch.
     """
 
-    alpha: float = 0.01
-    variant: str = static("fo")
-    split_batch: bool = static(True)
-    delta: float = 1e-3
-
-    def __post_init__(self) -> None:
-        set_fields(
-            self,
-            alpha=check_float("hparams.perfedavg.alpha", self.alpha, 0.0),
-            variant=check_choice("hparams.perfedavg.variant", self.variant, VARIANTS),
-            split_batch=check_bool("hparams.perfedavg.split_batch", self.split_batch),
-            delta=check_float("hparams.perfedavg.delta", self.delta, 0.0, low_inclusive=False),
-        )
+    alpha: float = checked(0.01, check_float, 0.0)
+    variant: str = checked("fo", check_choice, VARIANTS, static=True)
+    split_batch: bool = checked(True, check_bool, static=True)
+    delta: float = checked(1e-3, check_float, 0.0, low_inclusive=False)
 
 
 def _axpy(a: float | jax.Array, x: Any, y: Any) -> Any:
@@ -207,13 +193,11 @@ def memory_phases(sz: Sizes, hp: Any) -> list[Phase]:
 
 
 PERFEDAVG = register(
-    Algorithm(
+    baseline_algorithm(
         name="perfedavg",
         hparams=PerFedAvgHParams,
-        init=init_baseline,
         round=_round,
         eval_params=eval_params,
-        records=train_loss_record,
         description="MAML-style FedAvg (Fallah et al. 2020), evaluated after one adaptation step",
         memory_phases=memory_phases,
         family="meta-learning",

@@ -27,14 +27,14 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from pfedwn_jax._checks import check_float, check_int, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register, static
-from pfedwn_jax.algorithms.common import init_clients, local_update, train_loss_record
+from pfedwn_jax._checks import check_float, check_int
+from pfedwn_jax.algorithms.base import RoundContext, checked, hparams, register
+from pfedwn_jax.algorithms.common import baseline_algorithm, init_clients, local_update
 from pfedwn_jax.algorithms.mixing import group_average
 from pfedwn_jax.engine import ClientState, default_loss
 
 
-@hparams
+@hparams(name="pfedme")
 class PFedMeHParams:
     """pFedMe hyperparameters; defaults from the authors' code (``main.py``: ``lamda=15``,
     ``K=5``, ``personal_learning_rate=0.09``, ``beta=1``), as in the paper's MNIST runs.
@@ -47,21 +47,10 @@ class PFedMeHParams:
       inner_steps: ``K``, inner steps per local step (>= 1). Static.
     """
 
-    lam: float = 15.0
-    personal_lr: float = 0.09
-    beta: float = 1.0
-    inner_steps: int = static(5)
-
-    def __post_init__(self) -> None:
-        p = "hparams.pfedme."
-        pos = lambda f, v: check_float(p + f, v, 0.0, low_inclusive=False)
-        set_fields(
-            self,
-            lam=pos("lam", self.lam),
-            personal_lr=pos("personal_lr", self.personal_lr),
-            beta=check_float(p + "beta", self.beta, 0.0, 2.0, low_inclusive=False),
-            inner_steps=check_int(p + "inner_steps", self.inner_steps, 1),
-        )
+    lam: float = checked(15.0, check_float, 0.0, low_inclusive=False)
+    personal_lr: float = checked(0.09, check_float, 0.0, low_inclusive=False)
+    beta: float = checked(1.0, check_float, 0.0, 2.0, low_inclusive=False)
+    inner_steps: int = checked(5, check_int, 1, static=True)
 
 
 class PFedMeState(NamedTuple):
@@ -124,13 +113,12 @@ def _eval(state: PFedMeState, ctx: RoundContext, hp: PFedMeHParams) -> Any:
 
 
 PFEDME = register(
-    Algorithm(
+    baseline_algorithm(
         name="pfedme",
         hparams=PFedMeHParams,
         init=_init,
         round=_round,
         eval_params=_eval,
-        records=train_loss_record,
         description="personal models as Moreau-envelope proximal points around the group model",
         family="regularized",
         default=False,

@@ -63,26 +63,18 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from pfedwn_jax._checks import (
-    INT32_MAX,
-    check_bool,
-    check_choice,
-    check_float,
-    check_int,
-    set_fields,
-)
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register, static
+from pfedwn_jax._checks import INT32_MAX, check_bool, check_choice, check_float, check_int
+from pfedwn_jax.algorithms.base import RoundContext, checked, hparams, register
 from pfedwn_jax.algorithms.common import (
+    baseline_algorithm,
     check_shape,
     check_square,
-    eval_own,
     init_clients,
     local_update,
     neighbor_models,
 )
 from pfedwn_jax.algorithms.pfedwn_em import (
     CHUNK_BYTES,
-    EMPairs,
     chunk_size,
     em_chunk,
     em_components,
@@ -100,7 +92,6 @@ __all__ = [
     "PFEDWN",
     "PI_FROM",
     "REFRESH",
-    "EMPairs",
     "PFedWNHParams",
     "PFedWNState",
     "aggregation_matrix",
@@ -124,7 +115,7 @@ PI_FROM = ("received", "components")
 REFRESH = ("arrival", "schedule")
 
 
-@hparams
+@hparams(name="pfedwn")
 class PFedWNHParams:
     """pFedWN hyperparameters.
 
@@ -171,42 +162,20 @@ class PFedWNHParams:
         the CPU); it trades memory for fewer, larger steps (an accelerator likes large).
     """
 
-    a: float = 0.5
-    warmup_rounds: int = static(1)
-    em_every: int = static(0)
-    component_updates: bool = static(True)
-    em_steps: int = static(3)
-    em_iters: int = static(200)
-    em_tol: float = 1e-5
-    floor: float = 1e-4
-    component_epochs: int = static(1)
-    mix_components: bool = static(False)
-    pi_from: str = static("received")
-    refresh: str = static("arrival")
-    uniform_guard: float = 0.0
-    chunk: int = static(0)
-
-    def __post_init__(self) -> None:
-        name = "hparams.pfedwn."
-        set_fields(
-            self,
-            a=check_float(name + "a", self.a, 0.0, 1.0),
-            warmup_rounds=check_int(name + "warmup_rounds", self.warmup_rounds, 0, INT32_MAX),
-            em_every=check_int(name + "em_every", self.em_every, 0, INT32_MAX),
-            component_updates=check_bool(name + "component_updates", self.component_updates),
-            em_steps=check_int(name + "em_steps", self.em_steps, 0, INT32_MAX),
-            em_iters=check_int(name + "em_iters", self.em_iters, 1, INT32_MAX),
-            em_tol=check_float(name + "em_tol", self.em_tol, 0.0),
-            floor=check_float(name + "floor", self.floor, 0.0, 1.0),
-            component_epochs=check_int(
-                name + "component_epochs", self.component_epochs, 1, INT32_MAX
-            ),
-            mix_components=check_bool(name + "mix_components", self.mix_components),
-            pi_from=check_choice(name + "pi_from", self.pi_from, PI_FROM),
-            refresh=check_choice(name + "refresh", self.refresh, REFRESH),
-            uniform_guard=check_float(name + "uniform_guard", self.uniform_guard, 0.0, 1.0),
-            chunk=check_int(name + "chunk", self.chunk, 0, INT32_MAX),
-        )
+    a: float = checked(0.5, check_float, 0.0, 1.0)
+    warmup_rounds: int = checked(1, check_int, 0, INT32_MAX, static=True)
+    em_every: int = checked(0, check_int, 0, INT32_MAX, static=True)
+    component_updates: bool = checked(True, check_bool, static=True)
+    em_steps: int = checked(3, check_int, 0, INT32_MAX, static=True)
+    em_iters: int = checked(200, check_int, 1, INT32_MAX, static=True)
+    em_tol: float = checked(1e-5, check_float, 0.0)
+    floor: float = checked(1e-4, check_float, 0.0, 1.0)
+    component_epochs: int = checked(1, check_int, 1, INT32_MAX, static=True)
+    mix_components: bool = checked(False, check_bool, static=True)
+    pi_from: str = checked("received", check_choice, PI_FROM, static=True)
+    refresh: str = checked("arrival", check_choice, REFRESH, static=True)
+    uniform_guard: float = checked(0.0, check_float, 0.0, 1.0)
+    chunk: int = checked(0, check_int, 0, INT32_MAX, static=True)
 
 
 class PFedWNState(NamedTuple):
@@ -408,12 +377,11 @@ def memory_phases(sz: Sizes, hp: Any) -> list[Phase]:
 
 
 PFEDWN = register(
-    Algorithm(
+    baseline_algorithm(
         name="pfedwn",
         hparams=PFedWNHParams,
         init=init,
         round=_round,
-        eval_params=eval_own,
         records=records,
         description="EM-weighted aggregation over the selected neighbors (the paper's method)",
         memory_phases=memory_phases,

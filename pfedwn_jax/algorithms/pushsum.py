@@ -38,8 +38,13 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from pfedwn_jax.algorithms.base import Algorithm, NoHParams, RoundContext, register
-from pfedwn_jax.algorithms.common import init_clients, local_update
+from pfedwn_jax.algorithms.base import NoHParams, RoundContext, register
+from pfedwn_jax.algorithms.common import (
+    baseline_algorithm,
+    init_clients,
+    local_update,
+    state_records,
+)
 from pfedwn_jax.algorithms.mixing import fresh_mask, gossip, listed_mask
 from pfedwn_jax.engine import ClientState
 
@@ -78,26 +83,17 @@ def _round(
     return new, clients.params
 
 
-def _eval(state: PushSumState, ctx: RoundContext, hp: Any) -> Any:
-    return state.clients.params
-
-
-def _records(state: PushSumState, ctx: RoundContext, hp: Any) -> dict[str, jax.Array]:
-    return {"train_loss": state.train_loss, "push_weight": state.weight}
-
-
 def _mixing(state: PushSumState, ctx: RoundContext, hp: Any) -> jax.Array:
     return push_shares(ctx)
 
 
 PUSHSUM = register(
-    Algorithm(
+    baseline_algorithm(
         name="pushsum",
         hparams=NoHParams,
         init=_init,
         round=_round,
-        eval_params=_eval,
-        records=_records,
+        records=state_records(push_weight="weight"),
         mixing_weights=_mixing,
         description="stochastic gradient push: push-sum gossip on the directed selected graph",
         family="decentralized",

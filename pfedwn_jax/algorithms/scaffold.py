@@ -33,20 +33,14 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from pfedwn_jax._checks import check_float, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register
-from pfedwn_jax.algorithms.common import (
-    check_sgd,
-    eval_own,
-    init_clients,
-    local_update,
-    train_loss_record,
-)
+from pfedwn_jax._checks import check_float
+from pfedwn_jax.algorithms.base import RoundContext, checked, hparams, register
+from pfedwn_jax.algorithms.common import baseline_algorithm, check_sgd, init_clients, local_update
 from pfedwn_jax.algorithms.mixing import fresh_average, group_average
 from pfedwn_jax.engine import ClientState, default_loss
 
 
-@hparams
+@hparams(name="scaffold")
 class ScaffoldHParams:
     """SCAFFOLD hyperparameters.
 
@@ -55,11 +49,7 @@ class ScaffoldHParams:
         (Karimireddy et al. 2020, Sec. 7) and PFLlib's default.
     """
 
-    server_lr: float = 1.0
-
-    def __post_init__(self) -> None:
-        name = "hparams.scaffold.server_lr"
-        set_fields(self, server_lr=check_float(name, self.server_lr, 0.0, low_inclusive=False))
+    server_lr: float = checked(1.0, check_float, 0.0, low_inclusive=False)
 
 
 class ScaffoldState(NamedTuple):
@@ -114,13 +104,11 @@ def _round(
 
 
 SCAFFOLD = register(
-    Algorithm(
+    baseline_algorithm(
         name="scaffold",
         hparams=ScaffoldHParams,
         init=_init,
         round=_round,
-        eval_params=eval_own,
-        records=train_loss_record,
         description="FedAvg with control variates correcting the local gradients (option II)",
         family="traditional",
         default=False,

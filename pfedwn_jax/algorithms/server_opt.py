@@ -27,19 +27,14 @@ from typing import Any, NamedTuple
 import jax
 import optax
 
-from pfedwn_jax._checks import check_float, set_fields
-from pfedwn_jax.algorithms.base import Algorithm, RoundContext, hparams, register
-from pfedwn_jax.algorithms.common import (
-    eval_own,
-    init_clients,
-    local_update,
-    train_loss_record,
-)
+from pfedwn_jax._checks import check_float
+from pfedwn_jax.algorithms.base import Algorithm, RoundContext, checked, hparams, register
+from pfedwn_jax.algorithms.common import baseline_algorithm, init_clients, local_update
 from pfedwn_jax.algorithms.mixing import group_average
 from pfedwn_jax.engine import ClientState
 
 
-@hparams
+@hparams(name="fedavgm")
 class FedAvgMHParams:
     """FedAvgM hyperparameters (Hsu et al. 2019).
 
@@ -49,19 +44,11 @@ class FedAvgMHParams:
       momentum: server momentum ``beta`` in [0, 1). Default 0.9 (the paper's common value).
     """
 
-    server_lr: float = 1.0
-    momentum: float = 0.9
-
-    def __post_init__(self) -> None:
-        p = "hparams.fedavgm."
-        set_fields(
-            self,
-            server_lr=check_float(p + "server_lr", self.server_lr, 0.0, low_inclusive=False),
-            momentum=check_float(p + "momentum", self.momentum, 0.0, 1.0, high_inclusive=False),
-        )
+    server_lr: float = checked(1.0, check_float, 0.0, low_inclusive=False)
+    momentum: float = checked(0.9, check_float, 0.0, 1.0, high_inclusive=False)
 
 
-@hparams
+@hparams(name="fedadam")
 class FedAdamHParams:
     """FedAdam hyperparameters (Reddi et al. 2021).
 
@@ -72,22 +59,10 @@ class FedAdamHParams:
       tau: adaptivity ``tau`` (> 0). Default 1e-3, from the paper's grid.
     """
 
-    server_lr: float = 0.01
-    b1: float = 0.9
-    b2: float = 0.99
-    tau: float = 1e-3
-
-    def __post_init__(self) -> None:
-        p = "hparams.fedadam."
-        pos = lambda f, v: check_float(p + f, v, 0.0, low_inclusive=False)
-        unit = lambda f, v: check_float(p + f, v, 0.0, 1.0, high_inclusive=False)
-        set_fields(
-            self,
-            server_lr=pos("server_lr", self.server_lr),
-            b1=unit("b1", self.b1),
-            b2=unit("b2", self.b2),
-            tau=pos("tau", self.tau),
-        )
+    server_lr: float = checked(0.01, check_float, 0.0, low_inclusive=False)
+    b1: float = checked(0.9, check_float, 0.0, 1.0, high_inclusive=False)
+    b2: float = checked(0.99, check_float, 0.0, 1.0, high_inclusive=False)
+    tau: float = checked(1e-3, check_float, 0.0, low_inclusive=False)
 
 
 class ServerOptState(NamedTuple):
@@ -121,13 +96,11 @@ def _algorithm(name: str, hp_type: type, make_tx: Any, description: str) -> Algo
         clients = trained._replace(params=optax.apply_updates(x, updates))
         return ServerOptState(clients, server, metrics["loss"]), trained.params
 
-    return Algorithm(
+    return baseline_algorithm(
         name=name,
         hparams=hp_type,
         init=init,
         round=round_,
-        eval_params=eval_own,
-        records=train_loss_record,
         description=description,
         family="traditional",
         default=False,

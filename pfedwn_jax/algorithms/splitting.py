@@ -41,21 +41,21 @@ from typing import Any, NamedTuple
 
 import jax
 
-from pfedwn_jax._checks import check_int, set_fields
+from pfedwn_jax._checks import check_int
 from pfedwn_jax.algorithms.base import (
     Algorithm,
     NoHParams,
     RoundContext,
+    checked,
     hparams,
     register,
-    static,
 )
 from pfedwn_jax.algorithms.common import (
     BaselineState,
+    baseline_algorithm,
     eval_own,
     init_baseline,
     local_update,
-    train_loss_record,
 )
 from pfedwn_jax.algorithms.split import (
     average_part,
@@ -86,7 +86,7 @@ def _lg_round(state: BaselineState, key: jax.Array, ctx: RoundContext, hp: Any) 
     return train_then_average_part(state, key, ctx, head)
 
 
-@hparams
+@hparams(name="fedrep")
 class FedRepHParams:
     """FedRep hyperparameters.
 
@@ -95,10 +95,7 @@ class FedRepHParams:
         (a loop length). Default 10, Collins et al. 2021's.
     """
 
-    head_epochs: int = static(10)
-
-    def __post_init__(self) -> None:
-        set_fields(self, head_epochs=check_int("hparams.fedrep.head_epochs", self.head_epochs, 1))
+    head_epochs: int = checked(10, check_int, 1, static=True)
 
 
 def _fedrep_round(
@@ -111,7 +108,7 @@ def _fedrep_round(
     return BaselineState(clients._replace(params=params), metrics["loss"]), clients.params
 
 
-@hparams
+@hparams(name="fedbabu")
 class FedBABUHParams:
     """FedBABU hyperparameters.
 
@@ -121,11 +118,7 @@ class FedBABUHParams:
         al. 2022's (and Flower's reproduction's).
     """
 
-    finetune_epochs: int = static(5)
-
-    def __post_init__(self) -> None:
-        name = "hparams.fedbabu.finetune_epochs"
-        set_fields(self, finetune_epochs=check_int(name, self.finetune_epochs, 0))
+    finetune_epochs: int = checked(5, check_int, 0, static=True)
 
 
 class FedBABUState(NamedTuple):
@@ -165,13 +158,12 @@ def _register(
     name: str, hp: Any, init: Any, round_fn: Any, description: str, eval_params: Any = eval_own
 ) -> Algorithm:
     """Register a splitting method (not run by default; its training loss recorded)."""
-    algorithm = Algorithm(
+    algorithm = baseline_algorithm(
         name=name,
         hparams=hp,
         init=init,
         round=round_fn,
         eval_params=eval_params,
-        records=train_loss_record,
         description=description,
         family="splitting",
         default=False,

@@ -35,7 +35,7 @@ from pfedwn_jax.cli.common import OneLineParser, describe_os_error, run_command
 from pfedwn_jax.cli.plugins import add_import_flag, early_options, import_modules
 from pfedwn_jax.devices import use_compilation_cache, use_cpu_devices
 
-__all__ = ["OneLineParser", "build_parser", "describe_os_error", "main"]
+__all__ = ["build_parser", "describe_os_error", "main"]
 
 # the subcommand modules, in the order `pfedwn --help` lists them
 SUBCOMMANDS = (neighbors, data, run, sweep)

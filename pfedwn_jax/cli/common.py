@@ -177,7 +177,11 @@ def refuse_eps_flag(eps: float | None, build: Callable[[], _Configs]) -> _Config
 
     held: list[logging.LogRecord] = []
     logger = logging.getLogger("pfedwn_jax")
-    hold = _Hold(held)
+
+    def hold(record: logging.LogRecord) -> bool:  # kept in `held` instead of emitted
+        held.append(record)
+        return False
+
     logger.addFilter(hold)
     try:
         built = build()
@@ -190,18 +194,6 @@ def refuse_eps_flag(eps: float | None, build: Callable[[], _Configs]) -> _Config
     for record in held:
         logger.handle(record)
     return built
-
-
-class _Hold(logging.Filter):
-    """Keeps the records of a logger in `held` instead of emitting them."""
-
-    def __init__(self, held: list[logging.LogRecord]) -> None:
-        super().__init__()
-        self.held = held
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        self.held.append(record)
-        return False
 
 
 # --------------------------------------------------------------------------- models and logs

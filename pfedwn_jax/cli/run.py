@@ -247,12 +247,8 @@ def config_from_args(
             overrides[name] = value
     if isinstance(overrides.get("gamma_th"), str):
         overrides["gamma_th"] = _number("gamma_th", overrides["gamma_th"])
-    target = overrides.get("target")
-    if target is not None and target != "random":
-        try:
-            overrides["target"] = int(target)
-        except ValueError:
-            raise ValueError(f"target must be an integer or 'random'; got {target!r}") from None
+    if overrides.get("target") is not None:
+        overrides["target"] = _target(overrides["target"])
     if args.config is None and file_fields is None:
         return ExperimentConfig(**overrides, **tables)
     if file_fields is None:
@@ -433,7 +429,8 @@ def main(args: argparse.Namespace) -> int:
         return 0
     if len(configs) == 1:
         written = _write_case(results[0], out, args)
-        _remove_checkpoint(checkpoint)
+        if checkpoint is not None:  # once every result is written
+            remove(checkpoint)
         print(format_table(results[0]))
         total = results[0].timings["total_s"]
         print(f"total {total:.1f} s; wrote " + ", ".join(map(str, written)))
@@ -450,7 +447,8 @@ def main(args: argparse.Namespace) -> int:
         for i, result in enumerate(results)
     ]
     text = _write_cases(results, labels, dirs, out)
-    _remove_checkpoint(checkpoint)
+    if checkpoint is not None:  # once every result is written
+        remove(checkpoint)
     print(text, end="")
     total = results[-1].timings["total_s"]
     print(f"total {total:.1f} s; wrote {out / TABLE}, {out / CASES} and one directory per case")
@@ -489,13 +487,6 @@ def _say_kept(args: argparse.Namespace, out: Path) -> None:
         print(f"models: {out / MODELS} (pfedwn_jax.load_models)")
     if getattr(args, "log_to", None):
         print(f"logs ({args.log_to}): {args.log_dir or out / LOGS}")
-
-
-def _remove_checkpoint(checkpoint: Path | None) -> None:
-    """The job's checkpoint, once every result is written."""
-
-    if checkpoint is not None:
-        remove(checkpoint)
 
 
 def _write_cases(results: list[Result], labels: list[str], dirs: list[Path], out: Path) -> str:

@@ -13,6 +13,7 @@ import numpy as np
 
 from pfedwn_jax._checks import check_int
 from pfedwn_jax.data.client_data import ClientData
+from pfedwn_jax.io import format_bytes
 
 
 def stack_clients(
@@ -61,18 +62,6 @@ def padding_ratio(data: ClientData) -> float:
     real = int(count.sum())
     total = int(np.prod(np.shape(data.y)))
     return (total - real) / max(real, 1)
-
-
-def format_bytes(num: int) -> str:
-    """Human-readable size, e.g. `12.3 MiB`."""
-    size = float(num)
-    if size < 1024:
-        return f"{size:.0f} B"
-    for unit in ("KiB", "MiB"):
-        size /= 1024
-        if size < 1024:
-            return f"{size:.1f} {unit}"
-    return f"{size / 1024:.1f} GiB"
 
 
 def memory_report(data: ClientData, label: str = "") -> str:

@@ -11,7 +11,7 @@ from pfedwn_jax.engine.sharding import (
     shard_slots,
 )
 from pfedwn_jax.engine.state import ClientState, init_client_state
-from pfedwn_jax.engine.strategy import STRATEGIES, resolve_strategy
+from pfedwn_jax.engine.strategy import resolve_strategy
 from pfedwn_jax.engine.train import local_train
 from pfedwn_jax.engine.tree import (
     broadcast_slots,
@@ -27,7 +27,6 @@ from pfedwn_jax.engine.tree import (
 )
 
 __all__ = [
-    "STRATEGIES",
     "ClientState",
     "broadcast_slots",
     "check_neighbors",

@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 
 from pfedwn_jax._checks import check_int
+from pfedwn_jax.engine.tree import flatten_slots
 
 PyTree = Any
 
@@ -132,14 +133,8 @@ class Quantize:
         return Compressed(jax.tree.unflatten(treedef, out), _per_slot(tree, self.bits(tree)), state)
 
 
-def _flatten_slots(tree: PyTree) -> jax.Array:
-    """All leaves of each slot as one row: `[S, D]` float32."""
-    leaves = jax.tree.leaves(tree)
-    return jnp.concatenate([x.reshape(x.shape[0], -1).astype(jnp.float32) for x in leaves], 1)
-
-
 def _unflatten_slots(flat: jax.Array, like: PyTree) -> PyTree:
-    """The inverse of ``_flatten_slots``: `[S, D]` back to the leaves and dtypes of ``like``."""
+    """The inverse of ``flatten_slots``: `[S, D]` back to the leaves and dtypes of ``like``."""
     leaves, treedef = jax.tree.flatten(like)
     splits, offset = [], 0
     for x in leaves:
@@ -175,7 +170,7 @@ class TopK:
     def apply(self, tree: PyTree, state: PyTree, key: jax.Array) -> Compressed:
         del key
         carried = jax.tree.map(jnp.add, tree, state) if self.error_feedback else tree
-        flat = _flatten_slots(carried)
+        flat = flatten_slots(carried).astype(jnp.float32)
         _, idx = jax.lax.top_k(jnp.abs(flat), self._k(tree))
         rows = jnp.arange(flat.shape[0])[:, None]
         sent = jnp.zeros_like(flat).at[rows, idx].set(flat[rows, idx])

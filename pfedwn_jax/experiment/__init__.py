@@ -5,7 +5,7 @@ See `docs/experiments.md` for the config fields and the results file schema.
 
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.experiment.federation import Federation, build_federation
-from pfedwn_jax.experiment.grid import RunSpec, expand, grid_keys, parse_seeds, run_config
+from pfedwn_jax.experiment.grid import RunSpec, expand, grid_keys, run_config
 
 __all__ = [
     "ExperimentConfig",
@@ -14,6 +14,5 @@ __all__ = [
     "build_federation",
     "expand",
     "grid_keys",
-    "parse_seeds",
     "run_config",
 ]

@@ -262,10 +262,6 @@ class ExperimentConfig:
         _note_eps_ceiling(out["eps"], out["moments"], out, out["selection"])
         return out
 
-    @staticmethod
-    def _make_hparams(alg: str, overrides: Mapping[str, Any]) -> Any:
-        return make_hparams(get_algorithm(alg), overrides)
-
     # ------------------------------------------------------------------ derived values
     @property
     def num_clients(self) -> int:
@@ -279,7 +275,7 @@ class ExperimentConfig:
 
     def hparams_for(self, alg: str) -> Any:
         """The validated hyperparameter dataclass of algorithm `alg`."""
-        return self._make_hparams(alg, self.hparams.get(alg, {}))
+        return make_hparams(get_algorithm(alg), self.hparams.get(alg, {}))
 
     # ------------------------------------------------------------------ (de)serialisation
     def to_dict(self) -> dict[str, Any]:

@@ -30,17 +30,14 @@ def to_float(x: jax.Array) -> jax.Array:
     return x.astype(jnp.float32)
 
 
-class LogReg(nnx.Module):
-    """Multinomial logistic regression on the flattened input (pixels or features); its
-    representation is the flattened input itself, its head the one linear layer."""
+class _Headed(nnx.Module):
+    """A network whose head is the linear layer `out` on its representation (`features`)."""
 
     HEAD = ("out",)
-
-    def __init__(self, input_shape: tuple[int, ...], num_classes: int, *, rngs: nnx.Rngs):
-        self.out = nnx.Linear(math.prod(input_shape), num_classes, rngs=rngs)
+    out: nnx.Linear
 
     def features(self, x: jax.Array) -> jax.Array:
-        return to_float(x).reshape(x.shape[0], -1)
+        raise NotImplementedError
 
     def classify(self, z: jax.Array) -> jax.Array:
         return self.out(z)
@@ -49,11 +46,20 @@ class LogReg(nnx.Module):
         return self.classify(self.features(x))
 
 
-class MLP(nnx.Module):
+class LogReg(_Headed):
+    """Multinomial logistic regression on the flattened input (pixels or features); its
+    representation is the flattened input itself, its head the one linear layer."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, *, rngs: nnx.Rngs):
+        self.out = nnx.Linear(math.prod(input_shape), num_classes, rngs=rngs)
+
+    def features(self, x: jax.Array) -> jax.Array:
+        return to_float(x).reshape(x.shape[0], -1)
+
+
+class MLP(_Headed):
     """Two hidden layers of 200 ReLU units (the FedAvg paper's 2NN: 784-200-200-classes) on
     the flattened input. Representation: the second hidden layer; head: the output layer."""
-
-    HEAD = ("out",)
 
     def __init__(
         self,
@@ -72,12 +78,6 @@ class MLP(nnx.Module):
         z = jax.nn.relu(self.fc1(z))
         return jax.nn.relu(self.fc2(z))
 
-    def classify(self, z: jax.Array) -> jax.Array:
-        return self.out(z)
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        return self.classify(self.features(x))
-
 
 def cnn_feature_size(input_shape: Shape3) -> tuple[int, int]:
     """Spatial size after the CNN's two (conv 5x5 VALID, maxpool 2) stages."""
@@ -87,14 +87,12 @@ def cnn_feature_size(input_shape: Shape3) -> tuple[int, int]:
     return h, w
 
 
-class CNN(nnx.Module):
+class CNN(_Headed):
     """The PFL libraries' MNIST CNN: conv5x5(32)-ReLU-pool2-conv5x5(64)-ReLU-pool2-fc512-ReLU-fc.
 
     Convolutions are VALID (as PyTorch's `Conv2d(1, 32, 5)`): 28x28 -> 4x4x64 features, 32x32 ->
     5x5x64. Representation: the 512 fc1 units; head: the output layer.
     """
-
-    HEAD = ("out",)
 
     def __init__(
         self, input_shape: Shape3, num_classes: int, *, conv_impl: str = "im2col", rngs: nnx.Rngs
@@ -111,12 +109,6 @@ class CNN(nnx.Module):
         z = max_pool(jax.nn.relu(self.conv1(z)))
         z = max_pool(jax.nn.relu(self.conv2(z)))
         return jax.nn.relu(self.fc1(z.reshape(z.shape[0], -1)))
-
-    def classify(self, z: jax.Array) -> jax.Array:
-        return self.out(z)
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        return self.classify(self.features(x))
 
 
 def _group_norm(features: int, rngs: nnx.Rngs) -> nnx.GroupNorm:
@@ -153,7 +145,7 @@ class BasicBlock(nnx.Module):
         return jax.nn.relu(y + skip)
 
 
-class ResNet18(nnx.Module):
+class ResNet18(_Headed):
     """ResNet-18 for 32x32 inputs, with GroupNorm instead of BatchNorm.
 
     Stem: one 3x3 stride-1 conv (64) + GroupNorm + ReLU, no max-pool (the usual CIFAR stem; the
@@ -164,8 +156,6 @@ class ResNet18(nnx.Module):
     statistics, and FedAvg-style averaging of all parameters is well defined.
     Representation: the pooled 512 features; head: the linear classifier.
     """
-
-    HEAD = ("out",)
 
     STAGES = (64, 128, 256, 512)
 
@@ -190,9 +180,3 @@ class ResNet18(nnx.Module):
             for j in range(2):
                 z = getattr(self, f"layer{i + 1}_{j}")(z)
         return z.mean(axis=(1, 2))
-
-    def classify(self, z: jax.Array) -> jax.Array:
-        return self.out(z)
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        return self.classify(self.features(x))

@@ -9,20 +9,14 @@ pays: every method against Local over the clients' sample cap and the neighbors'
 """
 
 from pfedwn_jax.reproduce.cases import (
-    PAPER_GAMMAS,
-    PAPER_WANTED,
     Case,
     case_rows,
-    label_overlap,
-    meets_criterion,
     network20_case,
     paper_cases,
 )
 from pfedwn_jax.reproduce.learning import reproduce
 from pfedwn_jax.reproduce.wireless_figs import (
     FIGURES,
-    PRESETS,
-    WirelessPreset,
     fig4,
     fig5,
     fig6,
@@ -33,18 +27,12 @@ from pfedwn_jax.reproduce.wireless_figs import (
 
 __all__ = [
     "FIGURES",
-    "PAPER_GAMMAS",
-    "PAPER_WANTED",
-    "PRESETS",
     "Case",
-    "WirelessPreset",
     "case_rows",
     "fig4",
     "fig5",
     "fig6",
     "fig7",
-    "label_overlap",
-    "meets_criterion",
     "network20_case",
     "paper_cases",
     "preset_config",

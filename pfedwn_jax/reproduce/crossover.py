@@ -29,7 +29,7 @@ from scipy import stats
 from pfedwn_jax.data.federate import client_label_counts
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.experiment.setup import load_data
-from pfedwn_jax.io import atomic_write_json, atomic_write_text
+from pfedwn_jax.io import atomic_write_json, atomic_write_text, csv_text
 from pfedwn_jax.plotting import pyplot, save_figure
 from pfedwn_jax.reproduce.cases import Case, label_overlap
 from pfedwn_jax.reproduce.presets import Preset
@@ -182,17 +182,10 @@ def _val(res, cond: Mapping[str, Any], window: int) -> float:
 def write_crossover(out: Path, result: Mapping[str, Any], title: str) -> dict[str, Path]:
     """`crossover.csv` (one line per case, cap and method), `crossover.json` and, where
     matplotlib is installed, `crossover.png`."""
-    import csv
-    import io
-
     rows = result["rows"]
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(COLUMNS)
-    for r in rows:
-        cells = {**r, "cap": r["cap"] or "none"}
-        w.writerow(["" if cells.get(c) is None else cells[c] for c in COLUMNS])
-    paths = {"csv": atomic_write_text(out / "crossover.csv", buf.getvalue())}
+    cells = [{**r, "cap": r["cap"] or "none"} for r in rows]
+    text = csv_text(COLUMNS, ([c.get(k) for k in COLUMNS] for c in cells))
+    paths = {"csv": atomic_write_text(out / "crossover.csv", text)}
     doc = {"schema": "pfedwn-reproduce-crossover/1", "hold": HOLD, "rows": rows,
            "unit": "% target test accuracy; diff: points against Local, paired by seed",
            "wall_s": result["wall_s"]}  # fmt: skip

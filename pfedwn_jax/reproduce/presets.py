@@ -223,7 +223,9 @@ PAPER_GRID: dict[str, dict[str, tuple[Any, ...]]] = {
 
 
 def _paper() -> Preset:
-    return Preset(
+    """`quick`'s seeds, fixed hyperparameters and figures at the paper's scale."""
+    return dataclasses.replace(
+        _quick(),
         name="paper",
         datasets=(
             DataSpec("MNIST", "mnist", "cnn", None),
@@ -231,12 +233,7 @@ def _paper() -> Preset:
             DataSpec("CIFAR-100", "cifar100", "resnet18", None),
         ),
         base={"rounds": 100, "batch_size": 32, "val_fraction": 0.2, "data_seed": 0},
-        seeds=(0, 1, 2, 3, 4),
         grids=PAPER_GRID,
-        hparams=_FIXED,
-        fig1="CIFAR-10",
-        fig8="CIFAR-10",
-        fig9="CIFAR-100",
         variants=("MNIST", "CIFAR-10", "CIFAR-100"),
         description="TFDS full datasets, CNN (MNIST) / ResNet18 (CIFAR), 100 rounds, 5 seeds",
     )

@@ -23,9 +23,7 @@ a Student-t 95% interval (`results.sweep.mean_std_ci`).
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
 import json
 import os
 import time
@@ -38,14 +36,13 @@ import numpy as np
 from pfedwn_jax import api
 from pfedwn_jax._checks import check_choice, check_int
 from pfedwn_jax.experiment.config import ExperimentConfig
-from pfedwn_jax.io import atomic_write_json, atomic_write_text
+from pfedwn_jax.io import atomic_write_json, atomic_write_text, csv_text
 from pfedwn_jax.plotting import pyplot, save_figure
 from pfedwn_jax.reproduce.paper_numbers import METHODS
 from pfedwn_jax.results.stats import mean_std_ci
 
 AXES = ("gamma", "eps", "loss", "speed")
-#: The config field each axis sets, and the x-axis label of its panel.
-AXIS_FIELD = {"gamma": "gamma_th", "eps": "eps", "loss": "link_failure", "speed": "speed"}
+#: The x-axis label of each axis's panel.
 AXIS_LABEL = {
     "gamma": "SINR threshold gamma_th (physical)",
     "eps": "selection threshold eps (physical)",
@@ -298,11 +295,8 @@ class RobustnessResult:
 
 
 def _csv(rows: list[dict[str, Any]]) -> str:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else [], lineterminator="\n")
-    writer.writeheader()
-    writer.writerows({k: ("" if v is None else v) for k, v in r.items()} for r in rows)
-    return buf.getvalue()
+    header = list(rows[0]) if rows else []
+    return csv_text(header, ([r.get(k) for k in header] for r in rows))
 
 
 def run_robustness(

@@ -13,7 +13,7 @@ from scipy import stats
 
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.experiment.setup import load_data
-from pfedwn_jax.io import atomic_write_json, atomic_write_text
+from pfedwn_jax.io import atomic_write_json, atomic_write_text, csv_text
 from pfedwn_jax.reproduce.runs import SPECIAL, STATS
 from pfedwn_jax.results.paired import holm, is_separated, paired_t
 from pfedwn_jax.results.sweep import SweepResult
@@ -27,17 +27,12 @@ TABLE_COLUMNS = (
 
 def write_table(rows: Sequence[Mapping[str, Any]], out: Path, name: str) -> dict[str, Path]:
     """`name.csv` (one line per row; chosen and config as JSON) and `name.json`."""
-    import csv
-    import io
-
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(TABLE_COLUMNS)
+    lines = []
     for r in rows:
         cells = {**r, "chosen": json.dumps(r["chosen"]), "config": json.dumps(r["config"])}
         cells["seeds"] = " ".join(str(s) for s in r["seeds"])
-        w.writerow([cells.get(c, "") for c in TABLE_COLUMNS])
-    csv_path = atomic_write_text(out / f"{name}.csv", buf.getvalue())
+        lines.append([cells.get(c, "") for c in TABLE_COLUMNS])
+    csv_path = atomic_write_text(out / f"{name}.csv", csv_text(TABLE_COLUMNS, lines))
     doc = {"schema": "pfedwn-reproduce-table/1", "unit": "% target test accuracy",
            "rows": [{c: r.get(c) for c in TABLE_COLUMNS} for r in rows]}  # fmt: skip
     return {"csv": csv_path, "json": atomic_write_json(out / f"{name}.json", finite(doc))}

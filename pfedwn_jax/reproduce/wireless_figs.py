@@ -5,14 +5,10 @@ Each `figN(out_dir, preset) -> dict` writes its files into `out_dir` and returns
 (tests), "quick" (seconds on a 2-core CPU), "paper" (the paper's draw counts; still seconds:
 these are wireless numerics and one partition). `base` = the runs' base `ExperimentConfig`
 (channel, eps, moments, dataset, partition, data seed); `cases` = `paper_cases(base)`.
-Wall time on the shared, loaded 2-core CPU, compilation included: case search 5 s; Fig. 4
-4-6 s, Fig. 5 8-12 s, Fig. 6 5 s, Fig. 7 1 s (quick) / 7 s (paper: TFDS probe + fallback).
+What the figures show, against the paper's: docs/REPRODUCTION.md.
 
-* Cases (`cases.paper_cases`, Table I, "paper" moments, eps 0.05): topology seed 13 is the
-  first of 0..63 whose target selects 4/3/2 at gamma_th 5/10/15 (26 of seeds 0..999 do):
-  neighbors 3, 4, 8, 9 / 4, 8, 9 / 4, 8; targets = data clients 0, 1, 2. Table III: seed 0,
-  3 of 20 (neighbors 3, 12, 15) at gamma_th 10. With "exact" moments the first joint seed
-  is 70; with "physical" moments no seed of 0..999 selects 4 at gamma_th 5 (mean 1.45).
+* Cases (`cases.paper_cases`, Table I, "paper" moments, eps 0.05): the first topology seed
+  whose target selects 4/3/2 neighbors at gamma_th 5/10/15, targets data clients 0, 1, 2.
 * Fig. 4 (paper: P_err heatmaps of Case 1-3, selected neighbors ringed): `fig4a_case1.png`..
   The paper's three targets sit at different places of one network; here the target is the
   placement's centre node (what `run()` trains), so the three panels show one topology at
@@ -21,12 +17,10 @@ Wall time on the shared, loaded 2-core CPU, compilation included: case search 5 
   position (the placed neighbors interfering); it saturates at e^{-2} = 0.135 (docs/wireless.md).
 * Fig. 5 (paper: mean selected count vs |F| 8-20 and PPP density 0.5e-3-7.5e-3 /m^2, one panel
   per gamma_th, eps 0.05, 100 draws): `wireless.selection_sweeps`' grid (as the script), 3-D
-  surfaces. As the paper: more with |F| (gamma_th 5, density 5e-3: 3.5 / 4.1 / 4.6 at |F| 8 /
-  14 / 20), fewer with gamma_th (4.1 / 2.9 / 2.3 at |F| 14), flat beyond ~4e-3 /m^2.
+  surfaces.
 * Fig. 6 (paper: |M_n| vs |G_n| for several eps (a) and gamma_th at eps 0.05 (b), 20
   placements, "rounded"): the script's grid; CSV holds the mean and the rounded mean. The paper
-  does not list its eps values; we use 0.01, 0.03, 0.05, 0.1. As the paper: rises, then stays
-  flat or falls past ~15 neighbors (gamma_th 5, eps 0.05: 3.6 of 5, 5.1 of 15, 4.2 of 30).
+  does not list its eps values; we use 0.01, 0.03, 0.05, 0.1.
 * Fig. 7 (paper: CIFAR-10 class counts of each case's target and selected neighbors, full
   CIFAR-10, 60,000 samples): `fig7a_case1.png`.. from the partition the runs use
   (`setup.load_data`). quick/tiny use the real CIFAR-10 subsets in `../shared/data`

@@ -9,15 +9,13 @@ from pfedwn_jax.results.metrics import (
 )
 from pfedwn_jax.results.result import Result
 from pfedwn_jax.results.sweep import SweepResult
-from pfedwn_jax.results.table import RunInfo, Table, Track
+from pfedwn_jax.results.table import Table
 
 __all__ = [
     "Result",
     "Rounds",
-    "RunInfo",
     "SweepResult",
     "Table",
-    "Track",
     "metric_names",
     "register_metric",
     "unregister_metric",

@@ -10,12 +10,10 @@ transfer or synchronisation.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from pfedwn_jax.engine.tree import block_size
 
@@ -24,8 +22,6 @@ LOSS_BOUND = 1e6
 # the record holding each slot's training loss `[S]` (every built-in algorithm has it)
 TRAIN_LOSS = "train_loss"
 POLICIES = ("stop", "continue")
-
-log = logging.getLogger("pfedwn_jax")
 
 
 def slot_finite(params: Any, losses: list[jax.Array]) -> jax.Array:
@@ -64,26 +60,3 @@ def check_policy(on_divergence: str) -> str:
     if on_divergence not in POLICIES:
         raise ValueError(f"on_divergence must be one of {list(POLICIES)}; got {on_divergence!r}")
     return on_divergence
-
-
-def note_divergence(
-    entry: dict[str, Any], name: str, round_: int, finite: np.ndarray, slot_client: np.ndarray
-) -> bool:
-    """Mark `entry` diverged at `round_` (from 1) if any slot is not `finite [S]`; True if new.
-
-    Only the first diverged round is recorded and reported (one warning line).
-    """
-    bad = np.flatnonzero(~np.asarray(finite, bool))
-    if bad.size == 0 or entry.get("diverged") is not None:
-        return False
-    clients = np.asarray(slot_client)[bad].tolist()
-    entry["diverged"] = {"round": round_, "slots": bad.tolist(), "clients": clients}
-    log.warning(
-        "%s diverged at round %d: non-finite or |loss| > %g on slot(s) %s (client(s) %s)",
-        name,
-        round_,
-        LOSS_BOUND,
-        bad.tolist(),
-        clients,
-    )
-    return True

@@ -45,10 +45,7 @@ def result_columns(result: Any) -> dict[str, np.ndarray]:
     parts = [_method_columns(result, name) for name in result.methods]
     if not parts:
         return {"method": np.array([], dtype=str), "round": np.array([], dtype=np.int64)}
-    keys = list(dict.fromkeys(k for part in parts for k in part))
-    return {
-        k: _concat([part.get(k) for part in parts], [len(p["round"]) for p in parts]) for k in keys
-    }
+    return stack_parts(parts)
 
 
 def _method_columns(result: Any, name: str) -> dict[str, np.ndarray]:
@@ -75,8 +72,12 @@ def _method_columns(result: Any, name: str) -> dict[str, np.ndarray]:
     return columns
 
 
-def _concat(pieces: list[np.ndarray | None], lengths: list[int]) -> np.ndarray:
-    """`pieces` end to end; a missing piece (a method without that record) as NaN."""
-    return np.concatenate(
-        [np.full(n, np.nan) if p is None else p for p, n in zip(pieces, lengths, strict=True)]
-    )
+def stack_parts(parts: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """Tidy columns from `parts` (each `name -> [n]`, with a `round` column) end to end; a
+    part without a column is NaN there; object columns (labels) back to their natural dtype."""
+    out = {}
+    for k in dict.fromkeys(k for p in parts for k in p):
+        pieces = [np.full(len(p["round"]), np.nan) if p.get(k) is None else p[k] for p in parts]
+        column = np.concatenate(pieces)
+        out[k] = np.asarray(column.tolist()) if column.dtype == object else column
+    return out

@@ -160,17 +160,13 @@ class Result:
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:
         """The inline layout (`SCHEMA`): every array as nested lists."""
-        return to_jsonable(
-            {
-                "schema": SCHEMA,
-                "config": self.config.to_dict(),
-                "network": self.network,
-                "data": self.data,
-                "methods": self.methods,
-                "environment": self.environment,
-                "timings": self.timings,
-            }
-        )
+        return self._doc(SCHEMA, self.network, self.data, self.methods)
+
+    def _doc(self, schema: str, network: Any, data: Any, methods: Any) -> dict[str, Any]:
+        """A layout's JSON (`to_jsonable`): schema, config, parts and run facts, in this order."""
+        doc = {"schema": schema, "config": self.config.to_dict(), "network": network}
+        doc |= {"data": data, "methods": methods, "environment": self.environment}
+        return to_jsonable({**doc, "timings": self.timings})
 
     def to_compact(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """`(JSON dict, arrays)` of the compact layout (`COMPACT_SCHEMA`); the arrays' keys are
@@ -193,16 +189,7 @@ class Result:
             keys = [k for k, v in records.items() if not _per_round_scalar(v)]
             head["records"] = _split_off(records, keys, where + "/records", arrays, dtype)
             methods[name] = head
-        doc = {
-            "schema": COMPACT_SCHEMA,
-            "config": self.config.to_dict(),
-            "network": network,
-            "data": data,
-            "methods": methods,
-            "environment": self.environment,
-            "timings": self.timings,
-        }
-        return to_jsonable(doc), arrays
+        return self._doc(COMPACT_SCHEMA, network, data, methods), arrays
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Result:

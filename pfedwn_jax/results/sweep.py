@@ -15,7 +15,6 @@ See `docs/sweeps.md` ("Outputs").
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import io
 import json
@@ -33,6 +32,7 @@ from pfedwn_jax.io import (
     atomic_write_text,
     atomic_write_with,
     check_writable_dir,
+    csv_text,
     read_npz,
     write_npz,
 )
@@ -303,11 +303,9 @@ class SweepResult:
         an empty field, infinities as `inf`/`-inf`, booleans as `True`/`False`. With `path`
         the text is also written there atomically.
         """
-        buf = io.StringIO()
-        writer = csv.writer(buf, lineterminator="\n")
-        writer.writerow(self.columns)
-        writer.writerows(zip(*(_csv_cells(v) for v in self.rows.values()), strict=True))
-        text = buf.getvalue()
+        text = csv_text(
+            self.columns, zip(*(_csv_cells(v) for v in self.rows.values()), strict=True)
+        )
         if path is not None:
             atomic_write_text(path, text)
         return text

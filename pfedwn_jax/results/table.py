@@ -21,6 +21,7 @@ import numpy as np
 
 from pfedwn_jax.results import metrics as metric_registry
 from pfedwn_jax.results.divergence import LOSS_BOUND, check_policy
+from pfedwn_jax.results.frames import stack_parts
 
 log = logging.getLogger("pfedwn_jax")
 
@@ -204,13 +205,7 @@ class Table:
                 part = self._part(run, method)
                 if part is not None:
                     parts.append(part)
-        if not parts:
-            return {}
-        keys = list(dict.fromkeys(k for p in parts for k in p))
-        return {
-            k: _concat_column([p.get(k) for p in parts], [len(p["round"]) for p in parts])
-            for k in keys
-        }
+        return stack_parts(parts) if parts else {}
 
     def _part(self, run: int, method: str) -> dict[str, Any] | None:
         track = self.track(run, method)
@@ -225,12 +220,3 @@ class Table:
         part.update({name: track.metric(name) for name in track.metrics})
         part["diverged"] = rounds >= first
         return part
-
-
-def _concat_column(values: list[Any], lengths: list[int]) -> np.ndarray:
-    """One column from per-part arrays; a part without it is NaN there."""
-    filled = [np.full(n, np.nan) if v is None else v for v, n in zip(values, lengths, strict=True)]
-    out = np.concatenate(filled)
-    if out.dtype == object:  # labels and methods: back to their natural dtype
-        out = np.asarray(out.tolist())
-    return out

@@ -209,13 +209,13 @@ def pad_links(links: Any, slots: int, k: int) -> Any:
 _COST_SLOTS = ("compute_s", "compute_w")
 
 
-def stack_runs(trees: Sequence[Any], *, pad_ragged: bool = True) -> tuple[Any, Any]:
+def stack_runs(trees: Sequence[Any]) -> tuple[Any, Any]:
     """`(stacked, axes)`: the runs' pytrees (same structure) as one tree for `vmap`.
 
-    A leaf equal in every run is kept once (axis None), any other is stacked (axis 0).
-    `pad_ragged`: leaves whose shapes differ between runs (each run's data padded to its own
-    largest client) are zero-padded at the end of each axis into the stacked array; else
-    such leaves are an error. Leaves come back as host arrays (NumPy), not yet placed.
+    A leaf equal in every run is kept once (axis None), any other is stacked (axis 0); leaves
+    whose shapes differ between runs (each run's data padded to its own largest client) are
+    zero-padded at the end of each axis into the stacked array. Leaves come back as host
+    arrays (NumPy), not yet placed.
     """
     flat = [jax.tree.flatten(t) for t in trees]
     treedef: Any = flat[0][1]  # a PyTreeDef: jaxlib ships no type stub of it
@@ -230,15 +230,9 @@ def stack_runs(trees: Sequence[Any], *, pad_ragged: bool = True) -> tuple[Any, A
         if same and all(np.array_equal(a, arrays[0]) for a in arrays[1:]):
             leaves.append(arrays[0])
             axes.append(None)
-        elif same:
-            leaves.append(np.stack(arrays))
-            axes.append(0)
-        elif pad_ragged:
-            leaves.append(_stack_padded(arrays))
-            axes.append(0)
         else:
-            shapes = sorted({a.shape for a in arrays})
-            raise ValueError(f"runs of one program differ in a leaf's shape: {shapes}")
+            leaves.append(np.stack(arrays) if same else _stack_padded(arrays))
+            axes.append(0)
     return treedef.unflatten(leaves), treedef.unflatten(axes)
 
 

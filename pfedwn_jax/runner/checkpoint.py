@@ -172,7 +172,7 @@ class Checkpoint:
     def __enter__(self) -> Checkpoint:
         if is_writer():
             self.dir.mkdir(parents=True, exist_ok=True)
-            self._take_lock()
+            self._lock = _lock(self.dir)
         try:
             self._open()
         except BaseException:
@@ -190,9 +190,6 @@ class Checkpoint:
                 raise
         finally:
             self._release()
-
-    def _take_lock(self) -> None:
-        self._lock = _lock(self.dir)
 
     def _release(self) -> None:
         if self._lock is not None:

@@ -29,6 +29,7 @@ from pfedwn_jax.runner.program import (
     SLOTS,
     AxesKey,
     init_program,
+    is_none,
     model_init_program,
     place,
     sharding,
@@ -196,8 +197,4 @@ def state_shapes(group: Group, name: str, mesh: Mesh) -> tuple[Any, Any]:
         where = sharding(ax, a, mesh, group.shapes.slots)
         return jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=where, weak_type=a.weak_type)
 
-    return jax.tree.map(spec, counter_axes(state), state, is_leaf=_is_none), hp
-
-
-def _is_none(x: Any) -> bool:
-    return x is None
+    return jax.tree.map(spec, counter_axes(state), state, is_leaf=is_none), hp

@@ -43,6 +43,7 @@ from pfedwn_jax.data import ClientData
 from pfedwn_jax.data.batching import steps_per_epoch
 from pfedwn_jax.devices import available_bytes  # the free memory of a device (re-exported)
 from pfedwn_jax.engine import ClientState
+from pfedwn_jax.io import format_bytes  # re-exported
 from pfedwn_jax.runner.sample_bytes import sample_bytes  # re-exported
 from pfedwn_jax.wireless.sparse_perr import CHUNK_ELEMENTS as PERR_CHUNK_ELEMENTS
 
@@ -122,16 +123,6 @@ _PARTS = {
     "data": "data of this run",
     "activations": "training/evaluation temporaries",
 }
-
-
-def format_bytes(n: int) -> str:
-    """`n` bytes as text in binary units, 4 significant digits: `512 B`, `1.5 KiB`, `3 TiB`."""
-    value, units = float(n), ("B", "KiB", "MiB", "GiB", "TiB")
-    for unit in units[:-1]:
-        if abs(value) < 1024:
-            return f"{value:.4g} {unit}"
-        value /= 1024
-    return f"{value:.4g} {units[-1]}"
 
 
 def tree_bytes(tree: Any) -> int:
@@ -328,14 +319,7 @@ def plan(
     """
     num_runs = check_int("num_runs", num_runs, 1)
     devices = check_int("devices", devices, 1)
-    fraction = check_float("fraction", fraction, 0.0, 1.0, low_inclusive=False)
-    if not isinstance(est, MemoryEstimate):
-        raise ValueError(f"est must be a MemoryEstimate; got {type(est).__name__}")
-    budget = available_bytes() if budget is None else check_int("budget", budget, 1)
-    usable = int(fraction * budget)
-    per_device = (usable - est.shared) // max(est.per_run, 1)
-    if per_device < 1:
-        raise ValueError(_too_big(est, budget, fraction, usable))
+    per_device = _fitting(est, budget, fraction)[2]
     programs = -(-num_runs // (per_device * devices))
     per_program = -(-num_runs // programs)
     return -(-per_program // devices) * devices
@@ -357,17 +341,10 @@ def check_fits(
     how to shrink it (a smaller model, fewer clients, a smaller batch).
     """
     runs = check_int("runs", runs, 1)
-    fraction = check_float("fraction", fraction, 0.0, 1.0, low_inclusive=False)
-    if not isinstance(est, MemoryEstimate):
-        raise ValueError(f"est must be a MemoryEstimate; got {type(est).__name__}")
-    budget = available_bytes() if budget is None else check_int("budget", budget, 1)
-    usable = int(fraction * budget)
+    budget, usable, fit = _fitting(est, budget, fraction)
     need = est.total(runs)
     if need <= usable:
         return
-    fit = (usable - est.shared) // max(est.per_run, 1)
-    if fit < 1:
-        raise ValueError(_too_big(est, budget, fraction, usable))
     raise ValueError(
         f"the memory plan of {runs} runs of {est.method or 'the method'} in one program needs "
         f"{format_bytes(need)} ({need} bytes: {format_bytes(est.shared)} shared + {runs} x "
@@ -376,6 +353,19 @@ def check_fits(
         f"change: at most {fit} runs per program fit, so run fewer runs per program or the "
         "runs in chunks (or a smaller model, fewer clients or a smaller batch per run)"
     )
+
+
+def _fitting(est: MemoryEstimate, budget: int | None, fraction: float) -> tuple[int, int, int]:
+    """`(budget, usable bytes, runs that fit on a device)`; a ValueError when not one does."""
+    fraction = check_float("fraction", fraction, 0.0, 1.0, low_inclusive=False)
+    if not isinstance(est, MemoryEstimate):
+        raise ValueError(f"est must be a MemoryEstimate; got {type(est).__name__}")
+    budget = available_bytes() if budget is None else check_int("budget", budget, 1)
+    usable = int(fraction * budget)
+    fit = (usable - est.shared) // max(est.per_run, 1)
+    if fit < 1:
+        raise ValueError(_too_big(est, budget, fraction, usable))
+    return budget, usable, fit
 
 
 _ADVICE = {

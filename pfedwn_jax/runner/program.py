@@ -92,8 +92,8 @@ def _single(fn: Any, in_axes: tuple, out_axes: Any) -> Any:
     """`vmap(fn, in_axes, out_axes)` for a run axis of size one."""
 
     def each(f: Any, axes: Any, tree: Any) -> Any:
-        axes = jax.tree.broadcast(axes, tree, is_leaf=_is_none)
-        return jax.tree.map(lambda ax, a: a if ax is None else f(a), axes, tree, is_leaf=_is_none)
+        axes = jax.tree.broadcast(axes, tree, is_leaf=is_none)
+        return jax.tree.map(lambda ax, a: a if ax is None else f(a), axes, tree, is_leaf=is_none)
 
     def one(*args: Any) -> Any:
         out = fn(*(each(lambda a: a[0], ax, a) for ax, a in zip(in_axes, args, strict=True)))
@@ -104,10 +104,10 @@ def _single(fn: Any, in_axes: tuple, out_axes: Any) -> Any:
 
 def _specs(axes: Any) -> Any:
     """`shard_map` specs of `vmap` axes: run-axis leaves split over `"runs"`, others whole."""
-    return jax.tree.map(lambda ax: P() if ax is None else P(RUNS), axes, is_leaf=_is_none)
+    return jax.tree.map(lambda ax: P() if ax is None else P(RUNS), axes, is_leaf=is_none)
 
 
-def _is_none(x: Any) -> bool:
+def is_none(x: Any) -> bool:
     return x is None
 
 
@@ -148,9 +148,9 @@ def block_program(
 
     def placed(*args: Any) -> Any:
         state, out = local(*args)
-        axes = jax.tree.broadcast(state_axes, state, is_leaf=_is_none)
+        axes = jax.tree.broadcast(state_axes, state, is_leaf=is_none)
         keep = lambda ax, a: jax.lax.with_sharding_constraint(a, sharding(ax, a, mesh, slots))
-        return jax.tree.map(keep, axes, state, is_leaf=_is_none), out
+        return jax.tree.map(keep, axes, state, is_leaf=is_none), out
 
     return _jit(placed, mesh, donate_argnums=0)
 
@@ -197,7 +197,7 @@ class AxesKey:
 
     def __init__(self, *axes: Any) -> None:
         self.axes = axes
-        flat = [jax.tree.flatten(a, is_leaf=_is_none) for a in axes]
+        flat = [jax.tree.flatten(a, is_leaf=is_none) for a in axes]
         self._key = tuple((tuple(leaves), treedef) for leaves, treedef in flat)
 
     def __hash__(self) -> int:
@@ -246,7 +246,7 @@ def place(tree: Any, axes: Any, mesh: Mesh, num_slots: int | None = None) -> Any
             return jax.device_put(a, where)
         return from_host(np.asarray(a), where)
 
-    return jax.tree.map(put, axes, tree, is_leaf=_is_none)
+    return jax.tree.map(put, axes, tree, is_leaf=is_none)
 
 
 def sharding(ax: Any, a: Any, mesh: Mesh, num_slots: int | None) -> NamedSharding:

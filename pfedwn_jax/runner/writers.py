@@ -152,8 +152,25 @@ def run_name(labels: Mapping[str, Any]) -> str:
     return re.sub(r"[^A-Za-z0-9=,._+-]", "_", text)
 
 
+class _LedgerWriter:
+    """A built-in writer: its ledger passes on only the rounds its files lack (`_log`)."""
+
+    ledger: Ledger
+
+    def start(self, resumed: bool) -> None:
+        self.ledger.start(resumed)
+
+    def log(self, event: Logged) -> None:
+        new = self.ledger.new(event) if is_writer() else None
+        if new is not None:
+            self._log(new)
+
+    def _log(self, event: Logged) -> None:
+        raise NotImplementedError
+
+
 # --------------------------------------------------------------------------- CSV
-class CSVWriter:
+class CSVWriter(_LedgerWriter):
     """A long (tidy) CSV at `path`: `run`, the run's labels, `method`, `round`, `name`,
     `value`, one row per scalar (`scalars`), so methods with their own scalars (pFedWN's
     `pi/client_<c>`) share one file; `pandas.read_csv(path).pivot_table(...)` widens it.
@@ -181,11 +198,7 @@ class CSVWriter:
             self.path.write_bytes(b"")
         self.ledger.start(resumed)
 
-    def log(self, event: Logged) -> None:
-        new = self.ledger.new(event) if is_writer() else None
-        if new is None:
-            return
-        event = new
+    def _log(self, event: Logged) -> None:
         head = {"run": event.run, **event.labels, "method": event.method}
         for j, rnd in enumerate(event.rounds):
             for name, value in scalars(event, j).items():
@@ -233,7 +246,7 @@ def _optional(module: str, extra: str, what: str) -> Any:
 _EVENT_FILES = itertools.count()  # event files this process opened
 
 
-class TensorBoardWriter:
+class TensorBoardWriter(_LedgerWriter):
     """TensorBoard event files, `logdir/<run>/<method>/`, one per run and method, so that
     TensorBoard overlays the methods and runs of a tag (`target_accuracy`, `pi/client_3`,
     ...) in one chart, with histograms of client accuracy and pi.
@@ -252,14 +265,7 @@ class TensorBoardWriter:
     def _files(self) -> list[Path]:
         return sorted(self.logdir.rglob("events.out.tfevents.*"))
 
-    def start(self, resumed: bool) -> None:
-        self.ledger.start(resumed)
-
-    def log(self, event: Logged) -> None:
-        new = self.ledger.new(event) if is_writer() else None
-        if new is None:
-            return
-        event = new
+    def _log(self, event: Logged) -> None:
         w = self._writer(event)
         for j, rnd in enumerate(event.rounds):
             for tag, value in scalars(event, j).items():
@@ -326,7 +332,7 @@ def _buckets() -> list[float]:
 
 
 # --------------------------------------------------------------------------- Weights & Biases
-class WandbWriter:
+class WandbWriter(_LedgerWriter):
     """One W&B run per run of the job, named by its labels, with the run's config and labels
     as its W&B config; `<method>/<scalar>` logged against `<method>/round` (methods run one
     after another, each from round 1), histograms as `wandb.Histogram`.
@@ -360,14 +366,7 @@ class WandbWriter:
         where = Path(dir if dir is not None else ".") / f".wandb-{project}-{group}.written"
         self.ledger = Ledger(where, lambda: [])
 
-    def start(self, resumed: bool) -> None:
-        self.ledger.start(resumed)
-
-    def log(self, event: Logged) -> None:
-        new = self.ledger.new(event) if is_writer() else None
-        if new is None:
-            return
-        event = new
+    def _log(self, event: Logged) -> None:
         run = self._run(event)
         if (event.run, event.method) not in self._methods:
             run.define_metric(f"{event.method}/round")

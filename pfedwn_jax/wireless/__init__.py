@@ -27,9 +27,9 @@ from pfedwn_jax.wireless.links import (
     physical_received,
 )
 from pfedwn_jax.wireless.mobility import GaussianWalk, RandomWaypoint
-from pfedwn_jax.wireless.montecarlo import INTERFERENCE_MODES, simulate_links
+from pfedwn_jax.wireless.montecarlo import simulate_links
 from pfedwn_jax.wireless.neighbors import candidate_neighbors
-from pfedwn_jax.wireless.params import SPEED_OF_LIGHT, ChannelParams
+from pfedwn_jax.wireless.params import ChannelParams
 from pfedwn_jax.wireless.perr import (
     error_probability,
     interference_ratios,
@@ -38,8 +38,6 @@ from pfedwn_jax.wireless.perr import (
 )
 from pfedwn_jax.wireless.selection import eps_ceiling_message, perr_ceiling, select_neighbors
 from pfedwn_jax.wireless.sparse_perr import (
-    CUTOFF_MODES,
-    TAIL_MODES,
     far_field_sums,
     interferer_sets,
     sparse_error_probability,
@@ -47,13 +45,9 @@ from pfedwn_jax.wireless.sparse_perr import (
 from pfedwn_jax.wireless.topology import place_network, place_uniform, sample_ppp, topology_keys
 
 __all__ = [
-    "CUTOFF_MODES",
     "FADING_KINDS",
-    "INTERFERENCE_MODES",
     "LINK_MODELS",
     "MOMENT_MODES",
-    "SPEED_OF_LIGHT",
-    "TAIL_MODES",
     "ChannelParams",
     "Fading",
     "GaussianWalk",
