@@ -46,6 +46,8 @@ INT_FIELDS = {
     "max_samples_per_client": (20, INT32_MAX),  # >= the default min_samples
     "record_every": (1, 30),  # <= the default rounds
     "reselect_every": (0, INT32_MAX),
+    "retries": (0, INT32_MAX),
+    "bits_per_param": (1, 64),
 }
 # field -> (low, high, low_inclusive, high_inclusive) of the float fields
 FLOAT_FIELDS = {
@@ -58,6 +60,9 @@ FLOAT_FIELDS = {
     "val_fraction": (0.0, 1.0, True, False),
     "speed": (0.0, math.inf, True, False),
     "round_seconds": (0.0, math.inf, False, False),
+    "shadowing_db": (0.0, math.inf, True, False),
+    "rate_efficiency": (0.0, 1.0, False, True),
+    "header_bits": (0.0, math.inf, True, False),
 }
 CHOICE_FIELDS = (
     "partition",
@@ -69,6 +74,10 @@ CHOICE_FIELDS = (
     "pool",
     "record_dtype",
     "mobility",
+    "fading",
+    "rate_model",
+    "reception",
+    "device_distribution",
 )
 # candidates / interference_cutoff need mode="network", link_failure link_model="bernoulli":
 # on their own only None passes
@@ -83,6 +92,7 @@ OPTIONAL = (
     "interference_cutoff",
     "link_failure",
     "classes_per_client",
+    "fading_param",
 )
 HPARAM_FIELDS = [
     (name, f.name)
@@ -364,7 +374,13 @@ def _assert_stored_normalised(field: str, given_value, stored) -> None:
         assert stored == "random" or (type(stored) is int and stored == given_value)
     elif field == "node_density":  # optional float
         assert type(stored) is float and 0 < stored < math.inf and stored == float(given_value)
-    elif field in ("selection", "stale"):
+    elif field == "fading_param":  # optional float; its range depends on `fading`
+        assert type(stored) is float and math.isfinite(stored) and stored == float(given_value)
+    elif field == "deadline_s":  # a positive float or inf (None: inf)
+        assert type(stored) is float and stored > 0
+    elif field == "device_profiles":
+        assert type(stored) is tuple and stored and all(type(p) is str for p in stored)
+    elif field in ("selection", "stale", "cost"):
         assert type(stored) is bool and stored == given_value
     elif field == "algorithms":
         assert type(stored) is tuple and all(a in available_algorithms() for a in stored)
