@@ -8,7 +8,7 @@ method, its schedule and its hyperparameters (``PFedWNHParams``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -20,10 +20,24 @@ from pfedwn_jax.engine import ClientState, cross_evaluate, mix_sparse, take_slot
 from pfedwn_jax.engine.evaluate import slot_bytes
 from pfedwn_jax.engine.tree import block_size, chunked_rows
 
-if TYPE_CHECKING:
-    from pfedwn_jax.algorithms.pfedwn import PFedWNHParams
 
-#: Bytes of one chunk's working copies when ``PFedWNHParams.chunk`` is 0 (``em_chunk``).
+class EMHParams(Protocol):
+    """The fields of ``pfedwn.PFedWNHParams`` the EM reads (typed here, so this module does
+    not import the method's module, which imports this one)."""
+
+    chunk: int
+    component_epochs: int
+    component_updates: bool
+    em_iters: int
+    em_steps: int
+    em_tol: float
+    floor: float
+    mix_components: bool
+    pi_from: str
+    uniform_guard: float
+
+
+#: Bytes of one chunk's working copies when the hyperparameter ``chunk`` is 0 (``em_chunk``).
 CHUNK_BYTES = 256 * 2**20
 
 
@@ -72,13 +86,13 @@ def _with_self_column(pi: jax.Array) -> jax.Array:
     return jnp.pad(pi, pad)
 
 
-def materialises(hp: PFedWNHParams) -> bool:
+def materialises(hp: EMHParams) -> bool:
     """Whether the EM holds its components as models of their own (M-step 2 trains them, or
     the E-step evaluates them); otherwise it reads the received models in the pool."""
     return hp.pi_from != "received" or (hp.component_updates and hp.mix_components)
 
 
-def chunk_size(hp: PFedWNHParams, slots: int, width: int, model_bytes: int, samples: int) -> int:
+def chunk_size(hp: EMHParams, slots: int, width: int, model_bytes: int, samples: int) -> int:
     """Targets per chunk of the EM (static): ``hp.chunk``, or (0) as many as keep one chunk's
     working copies under ``CHUNK_BYTES``: per target its ``width - 1`` components
     (``model_bytes`` each, with optimizer state) where ``materialises``, else its losses,
@@ -89,7 +103,7 @@ def chunk_size(hp: PFedWNHParams, slots: int, width: int, model_bytes: int, samp
     return block_size(slots, max(width - 1, 1) * per_entry, CHUNK_BYTES)
 
 
-def em_chunk(params: Any, ctx: RoundContext, hp: PFedWNHParams) -> int:
+def em_chunk(params: Any, ctx: RoundContext, hp: EMHParams) -> int:
     """``chunk_size`` of a round's context and models (``params`` leaves ``[S, ...]``)."""
     one = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), params)
     opt = jax.eval_shape(ctx.tx.init, one)
@@ -102,7 +116,7 @@ def estimate_pi(
     params: Any,
     key: jax.Array,
     ctx: RoundContext,
-    hp: PFedWNHParams,
+    hp: EMHParams,
     received: tuple[Any, jax.Array] | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """EM estimate of pi from the slots' current models (see the module docstring).
@@ -145,7 +159,7 @@ def _chunk_em(
     real: jax.Array,
     key: jax.Array,
     ctx: RoundContext,
-    hp: PFedWNHParams,
+    hp: EMHParams,
     received: tuple[Any, Any],
     train: bool,
 ) -> tuple[jax.Array, Any, Any]:
@@ -202,7 +216,7 @@ def _m_step_2(
     nmask: jax.Array,
     dc: jax.Array,
     ids: jax.Array,
-    hp: PFedWNHParams,
+    hp: EMHParams,
 ) -> ClientState:
     """App. B's M-step 2: ``component_epochs`` epochs of every component (``[C (K - 1), ...]``)
     on its target's data (``dc``), sample ``i`` weighted by ``lam [C, K - 1, N]``; entries
@@ -224,7 +238,7 @@ def em_components(
     params: Any,
     key: jax.Array,
     ctx: RoundContext,
-    hp: PFedWNHParams,
+    hp: EMHParams,
     received: tuple[Any, jax.Array] | None = None,
 ) -> Any:
     """The components of every ``(target, list column k >= 1)`` entry after the outer EM
@@ -245,7 +259,7 @@ def mix_tuned_components(
     params: Any,
     key: jax.Array,
     ctx: RoundContext,
-    hp: PFedWNHParams,
+    hp: EMHParams,
     received: tuple[Any, jax.Array],
     weights: jax.Array,
 ) -> Any:

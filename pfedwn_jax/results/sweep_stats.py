@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -17,8 +17,22 @@ from pfedwn_jax.results.cost_curves import SPENT_COLUMNS, to_accuracy
 from pfedwn_jax.results.plots import shown
 from pfedwn_jax.results.stats import mean_std_ci, t_interval
 
-if TYPE_CHECKING:
-    from pfedwn_jax.results.sweep import SweepResult
+
+class SweepResult(Protocol):
+    """What these statistics read of a `results.sweep.SweepResult` (typed here, so this
+    module does not import the one that imports it)."""
+
+    @property
+    def rows(self) -> dict[str, np.ndarray]: ...
+
+    @property
+    def swept(self) -> tuple[str, ...]: ...
+
+    def __len__(self) -> int: ...
+
+    @property
+    def methods(self) -> tuple[str, ...]: ...
+
 
 #: Per-run statistics of a metric over its rounds (`summary`).
 STATS = ("final", "last", "max")
