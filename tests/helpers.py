@@ -244,3 +244,26 @@ def registry_params(always: tuple[str, ...] = ("pfedwn",)) -> list:
     return [
         n if n in quick else pytest.param(n, marks=pytest.mark.slow) for n in available_algorithms()
     ]
+
+
+def link_round_context(links: Any, num_samples: Any = None) -> Any:
+    """A `RoundContext` of `S = links.active.size` fully connected slots for the link model
+    alone (no model, optimizer or data; slot 0 the target): the tests of a round's links and
+    cost. `num_samples` `[S]` (default ones)."""
+    from pfedwn_jax.algorithms import RoundContext, neighbor_lists
+
+    s = links.active.shape[0]
+    nbr, mask = neighbor_lists(np.ones((s, s), bool))
+    samples = np.ones(s) if num_samples is None else num_samples
+    return RoundContext(
+        model=None,
+        optimizer=None,
+        train=None,
+        data_client=jnp.arange(s, dtype=jnp.int32),
+        neighbors=jnp.asarray(nbr),
+        neighbor_mask=jnp.asarray(mask),
+        is_target=jnp.arange(s) == 0,
+        num_samples=jnp.asarray(samples, jnp.float32),
+        batch_size=1,
+        links=links,
+    )

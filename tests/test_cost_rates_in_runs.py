@@ -12,11 +12,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import TINY_RUN, VARIED_RUN
+from helpers import TINY_RUN, VARIED_RUN, link_round_context
 
 import pfedwn_jax
 from pfedwn_jax import ExperimentConfig
-from pfedwn_jax.algorithms import RoundContext, neighbor_lists
+from pfedwn_jax.algorithms import RoundContext
 from pfedwn_jax.experiment.cost_config import cost_params
 from pfedwn_jax.experiment.grid import expand, run_config
 from pfedwn_jax.experiment.link_setup import Links
@@ -40,7 +40,6 @@ FLOOR_DBM = -174 + 10 * math.log10(20e6) + 10
 
 
 def _context(rate_model: str) -> RoundContext:
-    nbr, mask = neighbor_lists(np.ones((S, S), bool))
     setup = CostSetup(
         CostParams(rate_model=rate_model),
         jnp.float32(PAYLOAD),
@@ -57,18 +56,7 @@ def _context(rate_model: str) -> RoundContext:
         model="physical",
         cost=setup,
     )
-    return RoundContext(
-        model=None,
-        optimizer=None,
-        train=None,
-        data_client=jnp.arange(S, dtype=jnp.int32),
-        neighbors=jnp.asarray(nbr),
-        neighbor_mask=jnp.asarray(mask),
-        is_target=jnp.arange(S) == 0,
-        num_samples=jnp.ones((S,), jnp.float32),
-        batch_size=1,
-        links=links,
-    )
+    return link_round_context(links)
 
 
 def _sinr_by_hand(key: jax.Array, nbr: np.ndarray) -> np.ndarray:

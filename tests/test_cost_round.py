@@ -10,8 +10,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import link_round_context
 
-from pfedwn_jax.algorithms import RoundContext, neighbor_lists
 from pfedwn_jax.engine.compression import TopK
 from pfedwn_jax.experiment.cost_setup import build_cost_setup, model_costs
 from pfedwn_jax.experiment.link_setup import Links
@@ -29,7 +29,6 @@ SETUP = CostSetup(
 
 
 def _context(deadline: float, stale: bool, failure: float = 0.0, retries: int = 0):
-    nbr, mask = neighbor_lists(np.ones((S, S), bool))
     setup = SETUP.replace(params=CostParams(deadline_s=deadline, retries=retries))
     links = Links(
         perr=jnp.zeros((S, S), jnp.float32),
@@ -42,18 +41,7 @@ def _context(deadline: float, stale: bool, failure: float = 0.0, retries: int = 
         stale=stale,
         cost=setup,
     )
-    return RoundContext(
-        model=None,
-        optimizer=None,
-        train=None,
-        data_client=jnp.arange(S, dtype=jnp.int32),
-        neighbors=jnp.asarray(nbr),
-        neighbor_mask=jnp.asarray(mask),
-        is_target=jnp.arange(S) == 0,
-        num_samples=jnp.ones((S,), jnp.float32),
-        batch_size=1,
-        links=links,
-    )
+    return link_round_context(links)
 
 
 def test_the_rounds_cost_comes_out_as_records():

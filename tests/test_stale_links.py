@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import TINY_RUN
+from helpers import TINY_RUN, link_round_context
 
 import pfedwn_jax
 from pfedwn_jax import ExperimentConfig
@@ -74,7 +74,6 @@ S, ROUNDS = 3, 5
 
 def _context(perr: np.ndarray) -> RoundContext:
     """Three slots, fully connected; links fail with probability `perr [S, K]` (0 or 1)."""
-    nbr, mask = neighbor_lists(np.ones((S, S), bool))
     links = Links(
         perr=jnp.asarray(perr, jnp.float32),
         positions=jnp.zeros((S, 2), jnp.float32),
@@ -85,18 +84,7 @@ def _context(perr: np.ndarray) -> RoundContext:
         model="bernoulli",
         stale=True,
     )
-    return RoundContext(
-        model=None,
-        optimizer=None,
-        train=None,
-        data_client=jnp.arange(S, dtype=jnp.int32),
-        neighbors=jnp.asarray(nbr),
-        neighbor_mask=jnp.asarray(mask),
-        is_target=jnp.arange(S) == 0,
-        num_samples=jnp.asarray([1.0, 2.0, 3.0], jnp.float32),
-        batch_size=1,
-        links=links,
-    )
+    return link_round_context(links, num_samples=[1.0, 2.0, 3.0])
 
 
 def _toy_round(params, ctx, r):
