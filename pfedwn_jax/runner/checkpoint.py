@@ -338,20 +338,19 @@ def check_available(directory: str | Path, mode: str = "new") -> None:
         return
     if (directory / LOCK).is_file():
         _lock(directory).close()
-    if mode == "new":
-        with _OrbaxSilenced():
-            if holds_checkpoint(directory):
-                raise _interrupted(directory)
+    if mode == "new" and holds_checkpoint(directory):
+        raise _interrupted(directory)
 
 
 def holds_checkpoint(directory: Path) -> bool:
-    """Whether `directory` holds a checkpoint (of any version)."""
+    """Whether `directory` holds a checkpoint (of any version). Orbax's lines about a step it
+    cannot read are dropped: the reading of the checkpoint reports that step once."""
     if any((directory / name).exists() for name in OLD_FILES):
         return True
     blocks = directory / BLOCKS
-    return state_store.latest(directory / STATE) is not None or (
-        blocks.is_dir() and any(blocks.iterdir())
-    )
+    with _OrbaxSilenced():
+        newest = state_store.latest(directory / STATE)
+    return newest is not None or (blocks.is_dir() and any(blocks.iterdir()))
 
 
 def _lock(directory: Path) -> Any:
