@@ -27,7 +27,7 @@ from pfedwn_jax.algorithms import get_algorithm, make_hparams
 from pfedwn_jax.experiment import ExperimentConfig
 
 
-@pytest.mark.parametrize("lost", [False, True])
+@pytest.mark.parametrize("lost", [pytest.param(False, marks=pytest.mark.slow), True])
 def test_ifca_two_rounds_match_a_per_node_loop(lost):
     ctx = make_ctx()
     ctxs = [lossy(ctx, seed=r) if lost else ctx for r in range(2)]

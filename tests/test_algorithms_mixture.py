@@ -59,7 +59,7 @@ def fedem_reference(ctx, comps, n_rounds, epochs):
     return comps, pi
 
 
-@pytest.mark.parametrize("adjacency", [SINGLE, NETWORK])
+@pytest.mark.parametrize("adjacency", [SINGLE, pytest.param(NETWORK, marks=pytest.mark.slow)])
 def test_fedem_matches_a_per_client_em_loop(adjacency):
     counts = [5, 7, 6, 4] if adjacency else [5, 7, 6]
     ctx = make_ctx(counts, adjacency, lr=0.5, batch_size=8, epochs=1, repeat=False)

@@ -236,17 +236,16 @@ def test_a_user_chosen_device_count_is_read_not_queried(monkeypatch, env, want):
     assert use_cpu_devices() == want
 
 
-@pytest.mark.parametrize(
-    "methods", [["pfedwn"], pytest.param(["perfedavg", "pfedwn"], marks=SLOW)], ids=len
-)
-def test_runs_and_slots_both_split_equal_one_device(methods):
+@SLOW  # a process of 4 devices; the quick tier splits slots over 2 (above)
+def test_runs_and_slots_both_split_equal_one_device():
     """A sweep of 4 runs on a 2 x 2 mesh (runs over two rows, each run's slots over the two
-    devices of its row; a process of 4 CPU devices) gives the 1-device numbers: pFedWN's EM in
-    the quick tier, with Per-FedAvg (its loss and optimizer close over per-run values: its
-    alpha, every run's lr, gradients of gradients) in the slow tier."""
+    devices of its row; a process of 4 CPU devices) gives the 1-device numbers, for a method
+    whose loss and optimizer close over per-run values (Per-FedAvg's alpha, every run's lr,
+    gradients of gradients) and pFedWN's EM."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
     env.pop("JAX_NUM_CPU_DEVICES", None)
     worker = Path(__file__).parent / "mesh_worker.py"
+    methods = ["perfedavg", "pfedwn"]
     out = subprocess.run(
         [sys.executable, str(worker), *methods], env=env, capture_output=True, text=True,
         timeout=600, cwd=Path(__file__).parent,

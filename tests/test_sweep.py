@@ -156,28 +156,6 @@ def _links_and_mobility():
     return config, grid
 
 
-def test_stale_links_and_mobility_sweep_like_runs_and_keep_pi():
-    """Stale links, a lossy link model and moving nodes inside one sweep (one program, no
-    `run()`), pFedWN's pi kept per round for every run; runs equal their own `run()`."""
-    config, grid = _links_and_mobility()
-    result = sweep(config, seeds="0", grid=grid, records=("pi",), progress=False)
-    assert result.meta["programs"] == 1 and result.num_runs == 4
-    specs = expand(config, "0", grid)
-    for spec in specs:
-        pi = result.record("pi", spec.index, "pfedwn")
-        assert pi.shape[0] == 3 and np.all(np.isfinite(pi))
-    for spec in specs[3:]:  # link_failure 0.3 and speed 2 (every run: the slow tier)
-        own = pfedwn_jax.run(run_config(config, spec), progress=False)
-        for name in config.method_names:
-            sel = (result.rows["run"] == spec.index) & (result.rows["method"] == name)
-            np.testing.assert_allclose(
-                result.rows["target_accuracy"][sel], own.target_accuracy(name), atol=1e-6
-            )
-        np.testing.assert_allclose(
-            result.record("pi", spec.index, "pfedwn"), own.records("pfedwn", "pi"), atol=1e-6
-        )
-
-
 def test_moving_runs_with_and_without_selection_share_one_program():
     """Selection off is `eps = inf` (an array), not a code path: moving runs with and
     without channel-aware selection are one program, each run equal to its own `run()`, and
@@ -194,11 +172,18 @@ def test_moving_runs_with_and_without_selection_share_one_program():
     _runs_equal(result, config, expand(config, "0", grid)[1:])  # selection off, eps = inf
 
 
-@pytest.mark.slow
-def test_stale_links_and_mobility_sweep_equals_every_run():
+@pytest.mark.slow  # the quick tier runs stale links and motion in sweeps of their own
+def test_stale_links_and_mobility_sweep_equals_every_run_and_keeps_pi():
+    """Stale links, a lossy link model and moving nodes inside one sweep (one program, no
+    `run()`), pFedWN's pi kept per round for every run; every run equals its own `run()`."""
     config, grid = _links_and_mobility()
-    result = sweep(config, seeds="0-1", grid=grid, progress=False)
-    _runs_equal(result, config, expand(config, "0-1", grid))
+    result = sweep(config, seeds="0-1", grid=grid, records=("pi",), progress=False)
+    assert result.meta["programs"] == 1 and result.num_runs == 8
+    specs = expand(config, "0-1", grid)
+    for spec in specs:
+        pi = result.record("pi", spec.index, "pfedwn")
+        assert pi.shape[0] == 3 and np.all(np.isfinite(pi))
+    _runs_equal(result, config, specs)
 
 
 def test_a_job_holds_one_placed_program_at_a_time(monkeypatch):

@@ -238,6 +238,7 @@ def test_sweep_of_pfedwn_a_equals_every_run(tmp_path):
     _check_owned_sweep(tmp_path, "pfedwn", "pfedwn.a", rounds=2, compared=range(4))
 
 
+@pytest.mark.slow  # the quick tier resumes sweeps in tests/test_sweep.py
 def test_resume_of_an_owned_key_sweep_is_exact(tmp_path, monkeypatch):
     config = ExperimentConfig(**{**VARIED_RUN, "rounds": 2}, algorithms=("local", "pfedwn"))
     kwargs: dict = dict(seeds=[0], grid={"pfedwn.a": [0.3, 0.7]}, block=1, progress=False)
