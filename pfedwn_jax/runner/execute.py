@@ -22,6 +22,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh
 
 from pfedwn_jax.algorithms import get_algorithm, hparam_leaves, static_hparams
@@ -50,7 +51,9 @@ MAX_BLOCK = 64
 
 class Blocks:
     """Block lengths: `block` rounds each, or (None) adapted so a call lasts about `seconds`:
-    one round first, then as many as the measured time per round allows, at most `kmax`."""
+    one round first, then as many as the measured time per round allows, at most `kmax`.
+    Over several processes an adapted length is the shortest any process asks for: every
+    process must call the program with the same one."""
 
     def __init__(self, rounds: int, block: int | None, kmax: int, seconds: float) -> None:
         self.rounds, self.block, self.kmax, self.seconds = rounds, block, kmax, seconds
@@ -62,7 +65,10 @@ class Blocks:
             return min(self.block, left)
         if self.per_round is None:
             return 1
-        return max(1, min(self.kmax, left, int(self.seconds / max(self.per_round, 1e-6))))
+        n = max(1, min(self.kmax, left, int(self.seconds / max(self.per_round, 1e-6))))
+        if jax.process_count() > 1:
+            n = int(np.min(multihost_utils.process_allgather(np.int32(n))))
+        return n
 
     def observe(self, n: int, seconds: float) -> None:
         self.per_round = seconds / n
