@@ -46,23 +46,35 @@ def test_programs_compiled_ahead_give_the_numbers_compiled_in_place(monkeypatch)
         np.testing.assert_array_equal(ahead.rows[k], here.rows[k], err_msg=k)
 
 
-@pytest.mark.slow  # 11 s: two cold sweeps of three methods
+@pytest.mark.slow  # 17 s: three cold sweeps of three methods
 def test_cpu_compiler_options_give_the_bits_of_xlas_defaults(monkeypatch):
     """The numbers with the runner's CPU compiler options equal those with XLA's own
-    defaults, value for value (the options buy compile time, not numbers): the methods with
-    gradients of gradients, a proximal term and EM."""
+    defaults, value for value (the options buy compile time, not numbers), and those with its
+    fast-compile options (`$PFEDWN_FAST_COMPILE=1`, the quick tier's) differ from them by
+    float32 rounding only (LLVM at -O0: 1 ulp seen): the methods with gradients of gradients,
+    a proximal term and EM."""
     assert program.CPU_COMPILER_OPTIONS  # what this test is about
     methods = ("fedprox", "perfedavg", "pfedwn")
     config = ExperimentConfig(**{**TINY_RUN, "rounds": 2}, algorithms=methods)
 
-    def table():
+    def table(fast: str):
+        monkeypatch.setenv(program.FAST_COMPILE_ENV, fast)
         for cached in (program.block_program, program.init_program, program.model_init_program):
             cached.cache_clear()
         jax.clear_caches()
         return sweep(config, seeds="0-1", progress=False).rows
 
-    tuned = table()
+    tuned, fast = table("0"), table("1")
     monkeypatch.setattr(program, "CPU_COMPILER_OPTIONS", None)
-    default = table()
+    default = table("0")
     for k in ("target_accuracy", "target_loss", "mean_client_accuracy"):
         np.testing.assert_array_equal(tuned[k], default[k], err_msg=k)
+        np.testing.assert_allclose(fast[k], default[k], rtol=1e-6, atol=1e-7, err_msg=k)
+
+
+def test_fast_compile_takes_only_0_or_1(monkeypatch):
+    monkeypatch.setenv(program.FAST_COMPILE_ENV, "yes")
+    with pytest.raises(ValueError, match="PFEDWN_FAST_COMPILE='yes': allowed 0 or 1"):
+        program.cpu_compiler_options()
+    monkeypatch.setenv(program.FAST_COMPILE_ENV, "1")
+    assert program.cpu_compiler_options() == program.FAST_COMPILE_OPTIONS
