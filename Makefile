@@ -31,12 +31,16 @@ demo: $(VENV)/.installed-demo
 
 # Test tiers (markers in pyproject.toml, skipping rules in tests/conftest.py):
 # quick checks (a few minutes on 2 cores; two pytest workers, as XLA compiles on one thread
-# and most tests are mostly compiling, and the runner's programs compiled for speed of
-# compiling, PFEDWN_FAST_COMPILE=1: slower rounds, numbers to float32 rounding), then the long statistical and end-to-end checks,
+# and most tests are mostly compiling), then the long statistical and end-to-end checks,
 # then the accelerator-against-CPU checks (skipped, with the reason, where JAX has no GPU/TPU).
+# The quick tier compiles with XLA:CPU's older fusion emitters on one codegen thread: the
+# same bits as XLA's defaults (tests/test_ahead.py checks it), about a fifth less CPU.
+QUICK_XLA_FLAGS := --xla_cpu_use_fusion_emitters=false --xla_cpu_parallel_codegen_split_count=1
+
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check .
-	PFEDWN_FAST_COMPILE=1 $(BIN)/python -m pytest -m "not slow and not gpu" -q -n 2
+	XLA_FLAGS="$$XLA_FLAGS $(QUICK_XLA_FLAGS)" \
+		$(BIN)/python -m pytest -m "not slow and not gpu" -q -n 2 --dist worksteal
 
 test-slow: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -m "slow and not gpu" -q --durations=10

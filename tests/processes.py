@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -22,7 +23,8 @@ def free_port() -> int:
 def run_two_processes(script: str, args: list[str], timeout: float) -> tuple[list[str], float]:
     """Run `tests/<script> PORT PROCESS_ID 2 *args` as two processes with 2 CPU devices each
     (one job, coordinator on a free localhost port); their logs and the wall time. Fails the
-    test, with the log, when a process exits non-zero."""
+    test, with both processes' logs, when a process exits non-zero. The logs go to files, not
+    pipes: a process blocked on a full pipe would stall the other at its next barrier."""
     env = {
         **os.environ,
         "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
@@ -33,26 +35,36 @@ def run_two_processes(script: str, args: list[str], timeout: float) -> tuple[lis
     port = str(free_port())
     path = str(ROOT / "tests" / script)
     start = time.perf_counter()
-    procs = [
-        subprocess.Popen(
-            [sys.executable, path, port, str(i), "2", *args],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for i in range(2)
-    ]
-    logs = []
-    try:
-        for p in procs:
-            logs.append(p.communicate(timeout=timeout)[0])
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+    with tempfile.TemporaryDirectory() as tmp:
+        files = [(Path(tmp) / f"process{i}.log").open("w+") for i in range(2)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-u", path, port, str(i), "2", *args],
+                env=env,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for i, f in enumerate(files)
+        ]
+        try:
+            for p in procs:
+                p.wait(timeout=max(1.0, timeout - (time.perf_counter() - start)))
+        except subprocess.TimeoutExpired:
+            pass  # killed below; the assertion shows both logs
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        logs = [Path(f.name).read_text() for f in files]
+        for f in files:
+            f.close()
     elapsed = time.perf_counter() - start
-    for i, (p, log) in enumerate(zip(procs, logs, strict=True)):
-        assert p.returncode == 0, f"process {i} failed:\n{log[-3000:]}"
+    codes = [p.returncode for p in procs]
+    tails = "\n".join(f"--- process {i} (exit {c}):\n{log[-3000:]}"
+                      for i, (c, log) in enumerate(zip(codes, logs, strict=True)))  # fmt: skip
+    assert codes == [0, 0], f"after {elapsed:.0f} s:\n{tails}"
+    for i, log in enumerate(logs):
         assert f"process {i}: devices 4 local 2" in log
     return logs, elapsed

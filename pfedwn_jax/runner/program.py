@@ -14,7 +14,6 @@ same program with one run. The host sees the device once per block: `RoundOut [R
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any
 
 import jax
@@ -34,32 +33,12 @@ ALL = "all"
 #: the same bits out (checked on every method, MLP and CNN), rounds as fast, and 4x less
 #: compiling for the model initialiser (1.07 -> 0.26 s for 16 MLPs), ~10% less for a block.
 CPU_COMPILER_OPTIONS = {"xla_backend_optimization_level": 2}
-#: Options for short runs, taken instead where `$PFEDWN_FAST_COMPILE` is 1: LLVM at -O0,
-#: XLA:CPU's older fusion emitters and one codegen thread. A program compiles in about half
-#: the CPU time and its rounds run slower, which suits runs of a few rounds such as the quick
-#: test tier (`make test`). The numbers differ by float32 rounding only (-O0 contracts and
-#: orders some operations differently: 1 ulp seen; tests/test_ahead.py), so compare runs
-#: made with the same setting.
-FAST_COMPILE_OPTIONS = {
-    "xla_backend_optimization_level": 0,
-    "xla_cpu_use_fusion_emitters": False,
-    "xla_cpu_parallel_codegen_split_count": 1,
-}
-FAST_COMPILE_ENV = "PFEDWN_FAST_COMPILE"
-
-
-def cpu_compiler_options() -> dict[str, Any] | None:
-    """`CPU_COMPILER_OPTIONS`, or `FAST_COMPILE_OPTIONS` where `$PFEDWN_FAST_COMPILE` is 1."""
-    fast = os.environ.get(FAST_COMPILE_ENV, "")
-    if fast not in ("", "0", "1"):
-        raise ValueError(f"{FAST_COMPILE_ENV}={fast!r}: allowed 0 or 1 (or unset)")
-    return FAST_COMPILE_OPTIONS if fast == "1" else CPU_COMPILER_OPTIONS
 
 
 def _jit(fn: Any, mesh: Mesh, **kw: Any) -> Any:
     """`jax.jit(fn, **kw)` with the compiler options of `mesh`'s platform."""
     cpu = mesh.devices.flat[0].platform == "cpu"
-    return jax.jit(fn, compiler_options=cpu_compiler_options() if cpu else None, **kw)
+    return jax.jit(fn, compiler_options=CPU_COMPILER_OPTIONS if cpu else None, **kw)
 
 
 def check_mesh(mesh: Any) -> Mesh:
