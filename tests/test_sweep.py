@@ -22,10 +22,14 @@ EVERY_NUMBER = {
 }
 
 
-def _runs_equal(result, config, specs, atol=1e-6):
-    """Every run's curve of every method equals `run()` of its own config."""
+def _runs_equal(result, config, specs, atol=1e-6, records=()):
+    """Every run's curve of every method equals `run()` of its own config, and so do the
+    `(method, record)` pairs of `records` that the sweep kept."""
     for spec in specs:
         own = pfedwn_jax.run(run_config(config, spec), progress=False)
+        for name, rec in records:
+            got_rec = result.record(rec, spec.index, name)
+            np.testing.assert_allclose(got_rec, own.records(name, rec), atol=atol, err_msg=rec)
         for name in config.method_names:
             sel = (result.rows["run"] == spec.index) & (result.rows["method"] == name)
             got = result.rows["target_accuracy"][sel]
@@ -183,7 +187,7 @@ def test_stale_links_and_mobility_sweep_equals_every_run_and_keeps_pi():
     for spec in specs:
         pi = result.record("pi", spec.index, "pfedwn")
         assert pi.shape[0] == 3 and np.all(np.isfinite(pi))
-    _runs_equal(result, config, specs)
+    _runs_equal(result, config, specs, records=[("pfedwn", "pi")])
 
 
 def test_a_job_holds_one_placed_program_at_a_time(monkeypatch):
