@@ -1,6 +1,6 @@
-"""The splitting methods, FedFomo, FedALA and MOON at 1,000 nodes in network mode (slow tier):
-two rounds on random neighbor lists of up to 6 neighbors, with the MLP (a body to average);
-everything stays finite and nothing is ``[S, S]``."""
+"""The splitting methods, FedFomo, FedALA, APPLE and MOON at 1,000 nodes in network mode (slow
+tier): two rounds on random neighbor lists of up to 6 neighbors, with the MLP (a body to
+average); everything stays finite and nothing is ``[S, S]``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from test_sparse_neighbors import random_network_ctx
 from pfedwn_jax.algorithms import get_algorithm, make_hparams
 from pfedwn_jax.models import get_model
 
-FIELD = ("fedper", "lgfedavg", "fedrep", "fedbabu", "fedrod", "fedfomo", "fedala", "moon")
+FIELD = ("fedper", "lgfedavg", "fedrep", "fedbabu", "fedrod", "fedfomo", "fedala", "apple", "moon")
 FAST = {"fedrep": {"head_epochs": 1}, "fedbabu": {"finetune_epochs": 1},
         "fedala": {"start_epochs": 2}}  # fmt: skip
 

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers import TINY_RUN
-from pfl_refs import ADJ, assert_close, client_data, gd, init_list, make_ctx, run
+from pfl_refs import ADJ, LR, assert_close, client_data, gd, init_list, make_ctx, run
 
 import pfedwn_jax
 from pfedwn_jax import ExperimentConfig
@@ -87,7 +87,7 @@ def test_fedfomo_without_validation_data_is_local():
         make_hparams(get_algorithm("fedfomo"), {"val_fraction": 1.0})
 
 
-PAGG = ("fedfomo", "fedala")
+PAGG = ("fedfomo", "fedala", "apple")
 SMOKE = {**TINY_RUN, "rounds": 2}
 
 
@@ -163,3 +163,70 @@ def test_fedala_with_eta_0_starts_each_round_from_the_group_average():
     want = local.round(fedavg, jax.random.PRNGKey(101), ctx, hp)[0]
     for a, b in zip(jax.tree.leaves(state.clients.params), jax.tree.leaves(want.clients.params)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+# --- APPLE ----------------------------------------------------------------------------------
+
+
+def apple_ctx():
+    """The 4-slot context training with its own SGD learning rate (APPLE scales p's step)."""
+    return make_ctx("logreg").replace(optimizer=None, lr=jnp.float32(LR))
+
+
+def apple_reference(ctx, rounds, lr_dr, mu, reg_rounds):
+    """APPLE per client (the paper's objective, full batch): the personalized model
+    ``sum_j p_j theta_j`` over the client's row, its own core and ``p`` trained on
+    ``CE + lambda(r) ||p - p0||^2``, ``lambda(r) = mu 0.001^(r / reg_rounds)`` early on."""
+    n = np.asarray(ctx.train.count, np.float64)
+    rows = [np.nonzero(ADJ[i])[0] for i in range(4)]
+    p0 = [n[row] / n[row].sum() for row in rows]
+    ps, cores = [q.copy() for q in p0], init_list(ctx)
+    personal = []
+    for r in range(rounds):
+        sent, cores, personal = list(cores), [], []
+        lam = mu * 0.001 ** (r / reg_rounds) if r < reg_rounds else 0.0
+        for i, row in enumerate(rows):
+            x, y = client_data(ctx, i)
+            own = int(np.nonzero(row == i)[0][0])
+
+            def mix(theta, p, i=i, row=row, own=own):
+                models = [theta if j == i else sent[j] for j in row]
+                return jax.tree.map(lambda *q: sum(p[t] * q[t] for t in range(len(row))), *models)
+
+            def objective(theta, p, i=i, x=x, y=y):
+                ce = jnp.mean(per_sample_ce(ctx.model.apply(mix(theta, p), x), y))
+                return ce + lam * jnp.sum((p - jnp.asarray(p0[i], jnp.float32)) ** 2)
+
+            g_theta, g_p = jax.grad(objective, argnums=(0, 1))(sent[i], jnp.asarray(ps[i]))
+            theta = jax.tree.map(lambda a, g: a - LR * g, sent[i], g_theta)
+            ps[i] = np.asarray(ps[i]) - lr_dr * np.asarray(g_p)
+            cores.append(theta)
+            personal.append(mix(theta, jnp.asarray(ps[i], jnp.float32)))
+    return personal, ps
+
+
+def test_apple_three_rounds_equal_the_per_client_reference():
+    ctx = apple_ctx()
+    hp = {"lr_dr": 0.5, "mu": 0.3, "reg_rounds": 2}  # p moves enough to be seen
+    state, params = run("apple", ctx, 3, hp)
+    want, ps = apple_reference(ctx, 3, 0.5, 0.3, 2)
+    assert_close(params, want)
+    got_p, nbr = np.asarray(state.clients.params[1]), np.asarray(ctx.neighbors)
+    for i in range(4):
+        got = {int(nbr[i, k]): got_p[i, k] for k in range(nbr.shape[1]) if ctx.neighbor_mask[i, k]}
+        np.testing.assert_allclose([got[j] for j in np.nonzero(ADJ[i])[0]], ps[i], atol=1e-5)
+    assert np.abs(got_p - np.asarray(state.p0)).max() > 1e-3  # p really moved from p0
+
+
+def test_apple_with_a_still_dr_vector_keeps_the_sample_shares_and_alone_is_local():
+    ctx = apple_ctx()
+    state, params = run("apple", ctx, 2, {"lr_dr": 0.0})
+    np.testing.assert_array_equal(state.clients.params[1], state.p0)
+    _, local = run("local", ctx, 2)
+    alone = lambda t: jax.tree.map(lambda a: a[1], t)  # slot 1 receives no neighbor
+    for a, b in zip(jax.tree.leaves(alone(params)), jax.tree.leaves(alone(local))):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match=r"hparams\.apple\.reg_rounds"):
+        make_hparams(get_algorithm("apple"), {"reg_rounds": -1})
+    with pytest.raises(ValueError, match="apple needs the context's SGD"):
+        run("apple", make_ctx("logreg"), 1)

@@ -47,7 +47,7 @@ from pfedwn_jax.algorithms.common import (
 _BUILTIN: tuple[str, ...] = ("local", "fedavg", "fedprox", "perfedavg", "fedamp", "pfedwn")
 # The field's further methods (not run by default), after the paper's six.
 _BUILTIN += ("ditto", "scaffold", "server_opt", "feddyn", "fednova", "apfl", "pfedme", "fedem")
-_BUILTIN += ("splitting", "fedrod", "fedfomo", "moon", "fedala")
+_BUILTIN += ("splitting", "fedrod", "fedfomo", "moon", "fedala", "apple")
 _BUILTIN += ("dpsgd", "pushsum", "dfedavgm", "choco", "cfa", "ifca", "cfl", "dispfl")
 
 for _module in _BUILTIN:
