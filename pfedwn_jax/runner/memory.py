@@ -43,6 +43,7 @@ from pfedwn_jax.data import ClientData
 from pfedwn_jax.data.batching import steps_per_epoch
 from pfedwn_jax.devices import available_bytes  # the free memory of a device (re-exported)
 from pfedwn_jax.engine import ClientState
+from pfedwn_jax.engine.tree import block_size
 from pfedwn_jax.io import format_bytes  # re-exported
 from pfedwn_jax.runner.sample_bytes import sample_bytes  # re-exported
 from pfedwn_jax.wireless.sparse_perr import CHUNK_ELEMENTS as PERR_CHUNK_ELEMENTS
@@ -156,8 +157,10 @@ def _motion(ctx: RoundContext) -> list[Phase]:
 def _round_metrics(sz: Sizes) -> list[Phase]:
     """The per-slot metrics of every round (`results.metrics.SLOT_METRICS`): the consensus
     deviation holds each slot's component mean beside its model and their difference,
-    `[S, P]` float32 each."""
-    return [Phase("round metrics", 0, 2 * sz.slots * sz.param)]
+    `[S, C]` float32 each, over blocks of `C` columns (`engine.gossip._column_sums`: all
+    the columns in a small network, about `BLOCK_ELEMENTS / S` in a large one)."""
+    columns = sz.param // 4
+    return [Phase("round metrics", 0, 2 * 4 * sz.slots * block_size(columns, sz.slots))]
 
 
 # --------------------------------------------------------------------------- estimate
