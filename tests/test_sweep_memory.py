@@ -18,6 +18,7 @@ import pytest
 from helpers import TINY_RUN, registry_params
 
 from pfedwn_jax.algorithms import get_algorithm
+from pfedwn_jax.algorithms.phases import Sizes
 from pfedwn_jax.api import compiled_block
 from pfedwn_jax.data import DEFAULT_DATASET, load_dataset
 from pfedwn_jax.engine import local_train
@@ -335,3 +336,24 @@ def test_describe_and_format_bytes(exp):
         "4096 TiB",
     ]
     assert tree_bytes({"a": np.zeros((2, 3), np.float32), "b": np.zeros(4, bool)}) == 28
+
+
+@pytest.mark.parametrize("slots, columns", [(8, 1000), (2000, 20_000)])
+def test_the_round_metrics_phase_covers_xlas_temporaries_of_the_consensus_deviation(
+    slots, columns
+):
+    """The plan's round-metrics phase against XLA's temporaries of the consensus deviation
+    over `[S, D]` float32 models: all the columns at once in a small network, one block of
+    columns in a large one (where two copies of every model would be 16x too much)."""
+    from pfedwn_jax.engine.gossip import consensus_deviation
+
+    params = jax.ShapeDtypeStruct((slots, columns), jnp.float32)
+    labels = jax.ShapeDtypeStruct((slots,), jnp.int32)
+    compiled = jax.jit(consensus_deviation).lower(params, labels).compile()
+    temp = compiled.memory_analysis().temp_size_in_bytes
+    sizes = Sizes(*[0] * len(Sizes._fields))._replace(slots=slots, param=4 * columns)
+    (phase,) = memory._round_metrics(sizes)
+    assert temp <= phase.activations
+    assert phase.activations <= max(4 * temp, 2**20)  # not far over either
+    if slots * columns > 4 * (1 << 22):
+        assert phase.activations < 2 * 4 * slots * columns / 4  # not two copies of all

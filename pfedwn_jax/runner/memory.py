@@ -156,11 +156,12 @@ def _motion(ctx: RoundContext) -> list[Phase]:
 
 def _round_metrics(sz: Sizes) -> list[Phase]:
     """The per-slot metrics of every round (`results.metrics.SLOT_METRICS`): the consensus
-    deviation holds each slot's component mean beside its model and their difference,
-    `[S, C]` float32 each, over blocks of `C` columns (`engine.gossip._column_sums`: all
-    the columns in a small network, about `BLOCK_ELEMENTS / S` in a large one)."""
+    deviation holds a block of `C` columns of the models, its component means and their
+    difference, `[S, C]` float32 each (`engine.gossip._column_sums`: all the columns in a
+    small network, about `BLOCK_ELEMENTS / S` in a large one; XLA's temporaries, tested)."""
     columns = sz.param // 4
-    return [Phase("round metrics", 0, 2 * 4 * sz.slots * block_size(columns, sz.slots))]
+    block = 3 * 4 * sz.slots * block_size(columns, sz.slots)
+    return [Phase("round metrics", 0, block + 4 * 4 * sz.slots)]  # and [S] sums and labels
 
 
 # --------------------------------------------------------------------------- estimate
