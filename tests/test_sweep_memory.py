@@ -339,9 +339,7 @@ def test_describe_and_format_bytes(exp):
 
 
 @pytest.mark.parametrize("slots, columns", [(8, 1000), (2000, 20_000)])
-def test_the_round_metrics_phase_covers_xlas_temporaries_of_the_consensus_deviation(
-    slots, columns
-):
+def test_the_round_metrics_phase_covers_xlas_temporaries_of_the_consensus_deviation(slots, columns):
     """The plan's round-metrics phase against XLA's temporaries of the consensus deviation
     over `[S, D]` float32 models: all the columns at once in a small network, one block of
     columns in a large one (where two copies of every model would be 16x too much)."""
