@@ -15,7 +15,10 @@ nothing is replicated per device), so its memory is its own:
 
 `--mobile` moves the nodes (`MOBILE`: random waypoint, lists re-selected every round);
 `--data FILE` takes another dataset file of DATA_DIR (e.g. the 12,000-image
-`mnist_10k_2k.npz`); `--plan-only` sets up and plans without running.
+`mnist_10k_2k.npz`); `--plan-only` sets up and plans without running; `--set KEY=VALUE`
+(repeatable, the value read as JSON where it parses) sets any other config field, e.g.
+`--set cost=true` for the cost accounting or `--set fading=nakagami --set fading_param=2`;
+the row records them under `"set"`, and the plot and growth exponents leave such rows out.
 
 Before running, the plan is compared with 80 % of the host's available memory; a case over it
 is recorded as stopped. Each row notes the 1-minute load average when it started.
@@ -29,6 +32,7 @@ into 10,000 clients and node `n` holds data client `n mod 10,000`: a replicated 
     python benchmarks/bench_scaling.py                       # N = 10, 100, 1000, 10000
     python benchmarks/bench_scaling.py --nodes 10 100 --models logreg --rounds 2 --xla
     python benchmarks/bench_scaling.py --one 10000 mlp pfedwn --rounds 2   # one case, JSON
+    python benchmarks/bench_scaling.py --nodes 10000 --models mlp --methods pfedwn --set cost=true
     python benchmarks/bench_scaling.py --plot-from results/bench_scaling_A.json B.json
 
 Writes benchmarks/results/bench_scaling_<UTC>.json and a log-log plot of round time against
@@ -151,9 +155,17 @@ MOBILE = dict(mobility="waypoint", speed=5.0, round_seconds=10.0, reselect_every
 
 
 def one_case(
-    nodes: int, model: str, method: str, rounds: int, plan_only: bool, xla: bool, mobile=False
+    nodes: int,
+    model: str,
+    method: str,
+    rounds: int,
+    plan_only: bool,
+    xla: bool,
+    mobile: bool = False,
+    extra: dict | None = None,
 ):
-    """Set up and run one network-mode experiment in this process; its measurements."""
+    """Set up and run one network-mode experiment in this process; its measurements.
+    `extra`: further config fields (`--set`)."""
     import jax
 
     import pfedwn_jax  # noqa: F401  (the package first: its modules import one another)
@@ -163,7 +175,8 @@ def one_case(
 
     jax.config.update("jax_num_cpu_devices", 1)
     load = os.getloadavg()[0]
-    config = config_of(nodes, model, method, rounds, **(MOBILE if mobile else {}))
+    extra = extra or {}
+    config = config_of(nodes, model, method, rounds, **(MOBILE if mobile else {}), **extra)
     data_clients = min(nodes, MAX_DATA_CLIENTS)
     t0 = time.perf_counter()
     exp = experiment(config, data_clients)
@@ -182,6 +195,7 @@ def one_case(
         "train_samples_per_node": [int(counts.min()), float(counts.mean()), int(counts.max())],
         "list_width": int(exp.ctx.neighbors.shape[1]),
         "mobile": mobile,
+        "set": extra,
         "load_avg_1m": load,
         "setup_s": setup_s,
         "plan_bytes": est.total(1),
@@ -236,7 +250,7 @@ def fit(rows: list[dict], key: str, lo: int = 1000) -> float | None:
 
 def exponents(rows: list[dict]) -> dict[str, dict[str, float | None]]:
     """`"model/method" -> {"round_s": slope, "rss_peak": slope}` (N >= 1,000, still nodes)."""
-    rows = [r for r in rows if not r.get("mobile")]
+    rows = [r for r in rows if not (r.get("mobile") or r.get("set"))]
     pairs = dict.fromkeys((r["model"], r["method"]) for r in rows)
     out = {}
     for m, a in pairs:
@@ -250,8 +264,7 @@ def plot(rows: list[dict], path: Path) -> Path | None:
     a dotted linear reference through each line's 1,000-node point; None without matplotlib."""
     from pfedwn_jax.plotting import pyplot, save_figure
 
-    rows = [r for r in rows if not r.get("mobile")]
-
+    rows = [r for r in rows if not (r.get("mobile") or r.get("set"))]
     plt = pyplot()
     if plt is None:
         return None
@@ -293,7 +306,11 @@ def main() -> None:
     ap.add_argument("--one", nargs=3, metavar=("N", "MODEL", "METHOD"), help=argparse.SUPPRESS)
     ap.add_argument("--plan-only", action="store_true", help="memory plan only, no rounds")
     ap.add_argument("--plot-from", type=Path, nargs="+", help="redraw from these raw JSONs")
+    ap.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="another config field"
+    )
     args = ap.parse_args()
+    extra = dict(_setting(s) for s in args.set)
     if args.data:  # the subprocesses read it from the environment
         os.environ["PFEDWN_BENCH_DATA"] = globals()["DATA_FILE"] = args.data
     if args.plot_from:
@@ -303,7 +320,7 @@ def main() -> None:
         return
     if args.one:
         n, model, method = int(args.one[0]), args.one[1], args.one[2]
-        row = one_case(n, model, method, args.rounds, args.plan_only, args.xla, args.mobile)
+        row = one_case(n, model, method, args.rounds, args.plan_only, args.xla, args.mobile, extra)
         print(json.dumps(row))
         return
     rows = []
@@ -328,6 +345,7 @@ def _subprocess(n: int, model: str, method: str, args: argparse.Namespace) -> di
     """One case in a fresh process (its own peak memory); a failure becomes a stopped row."""
     cmd = [sys.executable, __file__, "--one", str(n), model, method, "--rounds", str(args.rounds)]
     cmd += ["--plan-only"] * args.plan_only + ["--xla"] * args.xla + ["--mobile"] * args.mobile
+    cmd += [a for s in args.set for a in ("--set", s)]
     head = {"nodes": n, "model": model, "method": method}
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
@@ -336,6 +354,17 @@ def _subprocess(n: int, model: str, method: str, args: argparse.Namespace) -> di
     if p.returncode != 0:
         return {**head, "stopped": (p.stderr.strip().splitlines() or ["?"])[-1][:300]}
     return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def _setting(text: str) -> tuple[str, object]:
+    """`KEY=VALUE` of `--set`: the value as JSON where it parses, else the string."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise SystemExit(f"--set takes KEY=VALUE; got {text!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
 
 
 def _line(r: dict) -> str:
