@@ -355,3 +355,12 @@ def test_the_round_metrics_phase_covers_xlas_temporaries_of_the_consensus_deviat
     assert phase.activations <= max(4 * temp, 2**20)  # not far over either
     if slots * columns > 4 * (1 << 22):
         assert phase.activations < 2 * 4 * slots * columns / 4  # not two copies of all
+
+
+def test_cfl_plans_its_split_only_where_it_is_traced():
+    from pfedwn_jax.algorithms.cfl import SPLIT_LIMIT, memory_phases
+
+    base = Sizes(*[0] * len(Sizes._fields))._replace(param=4000, batch=1, steps=1)
+    names = lambda slots: [ph.name for ph in memory_phases(base._replace(slots=slots), None)]
+    assert "CFL split" in names(SPLIT_LIMIT)
+    assert "CFL split" not in names(SPLIT_LIMIT + 1)

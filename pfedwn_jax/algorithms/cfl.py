@@ -149,9 +149,12 @@ def _round(
 
 
 def memory_phases(sz: Sizes, hp: Any) -> list[Phase]:
-    """The baseline's phases and the split: the trained and start models flattened, their
-    difference, the clusters' mean update and the unit updates (`[S, P]` float32 each),
-    and the `[S, S]` cosine similarities with the linkage's copies."""
+    """The baseline's phases and, up to `SPLIT_LIMIT` slots (above, no split is traced), the
+    split: the trained and start models flattened, their difference, the clusters' mean
+    update and the unit updates (`[S, P]` float32 each), and the `[S, S]` cosine
+    similarities with the linkage's copies."""
+    if sz.slots > SPLIT_LIMIT:
+        return baseline(sz, hp)
     split = Phase("CFL split", 0, 5 * sz.slots * sz.param + 3 * 4 * sz.slots**2)
     return [*baseline(sz, hp), split]
 
