@@ -34,6 +34,7 @@ from pfedwn_jax.algorithms.base import RoundContext, checked, hparams, register
 from pfedwn_jax.algorithms.common import BaselineState, baseline_algorithm, local_update
 from pfedwn_jax.algorithms.dpsgd import mh_mixing
 from pfedwn_jax.algorithms.mixing import gossip, mh_weights
+from pfedwn_jax.algorithms.phases import Phase, Sizes, baseline, plus
 from pfedwn_jax.engine import ClientState
 
 
@@ -60,12 +61,20 @@ def _round(
     return BaselineState(clients, metrics["loss"]), trained.params
 
 
+def memory_phases(sz: Sizes, hp: Any) -> list[Phase]:
+    """The baseline's phases, training holding the round's fresh momentum of every slot (one
+    model's worth each, beside the state's optimizer state, which has none)."""
+    train, *rest = baseline(sz, hp)
+    return [plus(train, sz.slots * sz.param), *rest]
+
+
 DFEDAVGM = register(
     baseline_algorithm(
         name="dfedavgm",
         hparams=DFedAvgMHParams,
         round=_round,
         mixing_weights=mh_mixing,
+        memory_phases=memory_phases,
         description="DFedAvgM: local heavy-ball SGD, then a Metropolis-Hastings gossip average",
         family="decentralized",
         default=False,
