@@ -44,6 +44,7 @@ from pfedwn_jax.algorithms.common import (
     state_records,
 )
 from pfedwn_jax.algorithms.mixing import gossip, mh_weights
+from pfedwn_jax.algorithms.phases import Phase, Sizes, baseline
 from pfedwn_jax.engine import ClientState
 from pfedwn_jax.engine.compression import Compressor, Identity, Quantize, TopK
 
@@ -111,6 +112,14 @@ def _round(
     return new, public
 
 
+def memory_phases(sz: Sizes, hp: Any) -> list[Phase]:
+    """The baseline's phases and the compressed gossip: the difference to the public copies,
+    the operator's draws and output, the mixed public copies and the new models, ``[S, ...]``
+    each (measured: a run at 10,000 logistic-regression nodes held about 4.7 models' worth
+    of every slot beyond its state)."""
+    return [*baseline(sz, hp), Phase("CHOCO gossip", 4 * sz.slots * sz.param, 0)]
+
+
 CHOCO = register(
     baseline_algorithm(
         name="choco",
@@ -119,6 +128,7 @@ CHOCO = register(
         round=_round,
         records=state_records(bits="bits"),
         mixing_weights=lambda state, ctx, hp: mh_weights(ctx),
+        memory_phases=memory_phases,
         description="CHOCO-SGD: gossip of compressed differences with public copies",
         family="decentralized",
         default=False,
