@@ -66,7 +66,7 @@ def sweep(
     `run(grid.run_config(config, spec))` computes; a key `"<method>.<field>"` multiplies
     that method's runs alone (the others run once per seed, the key missing in their rows).
     A list of configs: one run each, named in the table by `labels` (one dict per config;
-    default `{"seed": config.seed}`; the keys other than `seed` are the swept columns).
+    `seed` defaults to `config.seed`; the keys other than `seed` are the swept columns).
     `options` / `**keywords` as in `run` (one TensorBoard directory or W&B run per run;
     `load_models` run i is the table's run i). See docs/sweeps.md.
     """
@@ -86,9 +86,11 @@ def sweep(
         if grid is not None or seeds != (0,):
             raise ValueError("seeds and grid expand one config; give a list of configs alone")
         cfgs = config_list(configs)
-        labs = [dict(x) for x in labels] if labels is not None else [{"seed": c.seed} for c in cfgs]
-        if len(labs) != len(cfgs):
-            raise ValueError(f"labels: one per config ({len(cfgs)}); got {len(labs)}")
+        labs = [{"seed": c.seed} for c in cfgs]
+        if labels is not None:
+            if len(labels) != len(cfgs):
+                raise ValueError(f"labels: one per config ({len(cfgs)}); got {len(labels)}")
+            labs = [{**labs[i], **dict(x)} for i, x in enumerate(labels)]  # `zip`: a keyword
         swept, about = tuple(k for k in labs[0] if k != "seed") if labs else (), {}
         owners = {}
     job = run_job(cfgs, labs, opt)

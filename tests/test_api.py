@@ -48,6 +48,9 @@ def test_run_of_a_list_and_sweep_of_a_list_equal_run_of_each():
             np.testing.assert_allclose(
                 res.rows["target_accuracy"][sel], r.methods[m]["target_accuracy"], atol=1e-6
             )
+    unseeded = pfedwn_jax.sweep([CFG, other], labels=[{"case": "a"}, {"case": "b"}], progress=False)
+    by_run = dict(zip(unseeded.rows["run"].tolist(), unseeded.rows["seed"].tolist(), strict=True))
+    assert by_run == {0: CFG.seed, 1: other.seed}  # a label without a seed: the config's
     with pytest.raises(ValueError, match="one per config"):
         pfedwn_jax.sweep([CFG, other], labels=[{"seed": 0}], progress=False)
     with pytest.raises(ValueError, match="labels name the runs"):
