@@ -6,7 +6,7 @@ eps`) against taking every neighbor in range, in simulated time and energy.
 The paper's Cases 1-3 at its data scale (full MNIST over 11 clients, the `mnist-full`
 preset's partition, cases chosen by label similarity, the MLP), the cost of every round
 counted (`cost=True`: each link at the Shannon rate of `gamma_th` on its sub-channel, ARQ
-with the config's retries, each attempt failing with the link's P_err; a node's round is
+with `RETRIES` retries, each attempt failing with the link's P_err; a node's round is
 its local training plus the airtime of what it receives). pFedWN, FedAvg and Local (which
 sends nothing) train in every `VARIANTS` entry: the paper's selection at `eps = 0.05` or
 every neighbor in range (`selection=False`), with the receiver taking its links on distinct
@@ -64,6 +64,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
 #: (selection, every neighbor) pairs compared.
 PAIRS = [(v, v.replace("eps 0.05", "all in range")) for v in VARIANTS if v.startswith("eps")]
 WINDOW = 5
+#: ARQ retries per link and round (each attempt fails with the link's P_err).
+RETRIES = 3
 
 
 def base_config(rounds: int) -> ExperimentConfig:
@@ -75,6 +77,7 @@ def base_config(rounds: int) -> ExperimentConfig:
         model="mlp",
         algorithms=METHODS,
         cost=True,
+        retries=RETRIES,
     )
 
 
