@@ -57,7 +57,6 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-DENSITY = 11 / 2500  # the demo's 11 nodes on 50 m x 50 m
 # full MNIST: $PFEDWN_DATA_DIR, else the repository's ../shared/data
 DATA_DIR = Path(os.environ.get("PFEDWN_DATA_DIR", HERE.parent.parent / "shared" / "data"))
 #: Most data clients a partition of MNIST gets (min_samples=5); more nodes share them.
@@ -95,21 +94,16 @@ def rss() -> int:
 
 
 def config_of(nodes: int, model: str, method: str, rounds: int, **extra):
-    from pfedwn_jax import ExperimentConfig
+    """The decentralized study's network (`reproduce.decentralized.network_config`) on this
+    benchmark's data: one client per node up to `MAX_DATA_CLIENTS`."""
+    from pfedwn_jax.reproduce.decentralized import network_config
 
     data_clients = min(nodes, MAX_DATA_CLIENTS)
-    return ExperimentConfig(
-        mode="network",
-        num_neighbors=nodes - 1,
-        candidates=min(10, nodes - 1),
-        interference_cutoff=100.0,
-        node_density=DENSITY,
+    return network_config(
+        nodes,
         model=model,
         algorithms=(method,),
         rounds=rounds,
-        partition="dirichlet",
-        alpha=0.5,
-        batch_size=32,
         min_samples=5 if data_clients == nodes else 1,
         dataset="npz:" + str(DATA_DIR / DATA_FILE),
         **extra,

@@ -51,28 +51,31 @@ LARGE = 10_000
 DENSITY = 11 / 2500  # the demo's 11 nodes on 50 m x 50 m
 
 
+def network_config(nodes: int, **fields: Any) -> ExperimentConfig:
+    """Network mode at `nodes` nodes as this study and `benchmarks/bench_scaling.py` run it
+    (module docstring), with `fields` on top."""
+    base: dict[str, Any] = {
+        "mode": "network",
+        "num_neighbors": nodes - 1,
+        "candidates": min(10, nodes - 1),
+        "interference_cutoff": 100.0,
+        "node_density": DENSITY,
+        "model": "mlp",
+        "partition": "dirichlet",
+        "alpha": 0.5,
+        "batch_size": 32,
+        "min_samples": 5,
+        "dataset": f"npz:{shared_data_dir() / 'mnist.npz'}",
+    }
+    return ExperimentConfig(**{**base, **fields})
+
+
 def cell_config(nodes: int, failure: float, seed: int, rounds: int) -> ExperimentConfig:
     """The config of one cell and seed (module docstring)."""
     links: dict[str, Any] = {}
     if failure > 0:
         links = {"link_model": "bernoulli", "link_failure": failure}
-    return ExperimentConfig(
-        mode="network",
-        num_neighbors=nodes - 1,
-        candidates=min(10, nodes - 1),
-        interference_cutoff=100.0,
-        node_density=DENSITY,
-        model="mlp",
-        algorithms=METHODS,
-        rounds=rounds,
-        partition="dirichlet",
-        alpha=0.5,
-        batch_size=32,
-        min_samples=5,
-        dataset=f"npz:{shared_data_dir() / 'mnist.npz'}",
-        seed=seed,
-        **links,
-    )
+    return network_config(nodes, algorithms=METHODS, rounds=rounds, seed=seed, **links)
 
 
 def run_cell(nodes: int, failure: float, seed: int, rounds: int) -> dict[str, Any]:
