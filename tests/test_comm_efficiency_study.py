@@ -40,7 +40,7 @@ def table() -> SweepResult:
 
 def test_per_run_statistics_come_from_each_runs_curves():
     runs = ce.per_run(table())
-    got = runs[("Case 1", "eps 0.05, serial", "pfedwn")]
+    got = runs[("Case 1", "eps 0.05", "pfedwn")]
     last = np.mean([0.9 * min(1.0, r / 3) for r in range(ROUNDS - ce.WINDOW + 1, ROUNDS + 1)])
     np.testing.assert_allclose(got["accuracy"], last + np.array([0.0, 0.01, 0.02]))
     np.testing.assert_allclose(got["clock_s"], [ROUNDS] * 3)
@@ -56,9 +56,9 @@ def test_selection_is_compared_with_every_neighbor_paired_by_seed_under_holm():
     pairs = [t for t in summary["tests"] if t["kind"] == "selection"]
     assert len(pairs) == len(ce.PAIRS) * 2  # pFedWN and FedAvg
     assert summary["comparisons"] == len(pairs) + len(ce.VARIANTS) * 2
-    t = next(t for t in pairs if t["method"] == "pfedwn" and t["a"] == "eps 0.05, serial")
-    a = runs[("Case 1", "eps 0.05, serial", "pfedwn")]["accuracy"]
-    b = runs[("Case 1", "all in range, serial", "pfedwn")]["accuracy"]
+    t = next(t for t in pairs if t["method"] == "pfedwn" and t["a"] == "eps 0.05")
+    a = runs[("Case 1", "eps 0.05", "pfedwn")]["accuracy"]
+    b = runs[("Case 1", "all in range", "pfedwn")]["accuracy"]
     assert t["diff"] == pytest.approx(paired_t(a, b, 300)["diff"]) == pytest.approx(0.02)
     np.testing.assert_allclose(t["clock_s"], [0.5] * 3)  # time ratio per seed
     assert all(t["p_holm"] >= t["p"] for t in summary["tests"])
