@@ -7,13 +7,16 @@ The paper's Cases 1-3 at its data scale (full MNIST over 11 clients, the `mnist-
 preset's partition, cases chosen by label similarity, the MLP), the cost of every round
 counted (`cost=True`: each link at the Shannon rate of `gamma_th` on its sub-channel, ARQ
 with `RETRIES` retries, each attempt failing with the link's P_err; a node's round is
-its local training plus the airtime of what it receives). pFedWN, FedAvg and Local (which
-sends nothing) train in every `VARIANTS` entry: the paper's selection at `eps = 0.05` or
+its local training plus the airtime of what it receives). pFedWN, FedAvg and Local train
+in every `VARIANTS` entry: the paper's selection at `eps = 0.05` or
 every neighbor in range (`selection=False`), the receiver taking its links one at a time
 (`reception="serial"`), without and with a deadline (`--deadline`, seconds: a neighbor
 whose model misses it is dropped that round).
-All runs are one `pfedwn_jax.sweep` of the configs (labels `case`, `variant`), saved under
-`OUT/sweep` (reloaded on a re-run instead of run again).
+The cost is the network's: every method is charged one model per listed link and round
+(Local too, which uses none of what it receives), so clock and energy differ between
+variants, not between methods; the ARQ and the deadline decide, for each method alike,
+which models arrive. All runs are one `pfedwn_jax.sweep` of the configs (labels `case`,
+`variant`), saved under `OUT/sweep` (reloaded on a re-run instead of run again).
 
 Per case, variant, method and seed: the target's accuracy (mean of the last 5 rounds), the
 simulated seconds and joules of the whole run (`clock_s`, `cumulative_energy_j` at the last
@@ -211,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     summary.update(
         command="python -m pfedwn_jax.reproduce.comm_efficiency " + " ".join(shown),
         cases=cases,
-        sweep_wall_s=res.meta.get("timings", {}).get("total_s"),
+        sweep_wall_s=round(sum(res.meta.get("timings", {}).values()), 1),  # set-up, compile, run
         this_call_s=round(time.perf_counter() - t0, 1),
     )
     atomic_write_json(args.out / "summary.json", summary)

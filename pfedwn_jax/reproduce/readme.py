@@ -144,7 +144,62 @@ def robustness_block(root: Path) -> str:
     return "\n".join(lines)
 
 
+def _diff(t: Mapping[str, Any]) -> str:
+    """A paired difference in points with its interval and Holm's p; bold where separated."""
+    text = (f"{100 * t['diff']:+.2f} [{100 * t['low']:+.2f}, {100 * t['high']:+.2f}] "
+            f"p_Holm {t['p_holm']:.2g}")  # fmt: skip
+    return f"**{text}**" if t["separated"] else text
+
+
+def decentralized_block(root: Path) -> str:
+    """The decentralized study: per cell each method's accuracy (consensus distance), and
+    each method minus Local paired by seed."""
+    doc = json.loads((root / RESULTS / "decentralized" / "summary.json").read_text())
+    methods = list(doc["cells"][0]["accuracy"])
+    rivals = [m for m in methods if m != "local"]
+    head = "| nodes | link failure | seeds | " + " | ".join(methods) + " |"
+    lines = [head, "|---" * (3 + len(methods)) + "|"]
+    for c in doc["cells"]:
+        cells = [f"{100 * c['accuracy'][m]:.1f} ({c['consensus'][m]:.3g})" for m in methods]
+        lines.append(f"| {c['nodes']:,} | {c['failure']:g} | {len(c['seeds'])} | " +
+                     " | ".join(cells) + " |")  # fmt: skip
+    lines += ["", "| nodes | link failure | " + " | ".join(f"{m} - local" for m in rivals) + " |"]
+    lines.append("|---" * (2 + len(rivals)) + "|")
+    for c in doc["cells"]:
+        cells = [_diff(c["vs_local"][m]) if m in c["vs_local"] else "–" for m in rivals]
+        lines.append(f"| {c['nodes']:,} | {c['failure']:g} | " + " | ".join(cells) + " |")
+    wall = sum(c["wall_s"] for c in doc["cells"])
+    lines += ["", f"{doc['comparisons']} comparisons, Holm-adjusted together; the runs took "
+              f"{wall / 60:.0f} min on this CPU (`{doc['command']}`)."]  # fmt: skip
+    return "\n".join(lines)
+
+
+def comm_block(root: Path) -> str:
+    """The communication-efficiency study: means per case, variant and method, and the
+    selection against every neighbor paired by seed (accuracy; time and energy ratios)."""
+    doc = json.loads((root / RESULTS / "comm-efficiency" / "summary.json").read_text())
+    lines = ["| case | variant | method | accuracy % | clock s | energy J | s to 90% | J to 90% |",
+             "|---|---|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for r in doc["means"]:
+        lines.append(f"| {r['case']} | {r['variant']} | {r['method']} | "
+                     f"{100 * r['accuracy']:.1f} | {r['clock_s']:.3g} | {r['energy_j']:.3g} | "
+                     f"{r['time_to_90']:.3g} | {r['energy_to_90']:.3g} |")  # fmt: skip
+    lines += ["", "| case | method | selection - every neighbor | accuracy | time ratio | "
+              "energy ratio |", "|---|---|---|---|---:|---:|"]  # fmt: skip
+    for t in doc["tests"]:
+        if t["kind"] == "selection":
+            ratio = {k: float(np.mean(t[k])) for k in ("clock_s", "energy_j")}
+            lines.append(f"| {t['case']} | {t['method']} | {t['a']} | {_diff(t)} | "
+                         f"{ratio['clock_s']:.2f} | {ratio['energy_j']:.2f} |")  # fmt: skip
+    lines += ["", f"{doc['comparisons']} comparisons (these and every method against Local), "
+              f"Holm-adjusted together; the sweep took {doc['sweep_wall_s'] / 60:.0f} min on "
+              f"this CPU (`{doc['command']}`)."]  # fmt: skip
+    return "\n".join(lines)
+
+
 BLOCKS = {
+    "decentralized": decentralized_block,
+    "comm": comm_block,
     "robustness": robustness_block,
     "table2": table2_block,
     "crossover": crossover_block,
