@@ -1,11 +1,18 @@
 """The communication-efficiency study's reading of a sweep (`reproduce.comm_efficiency`): per
-run statistics from the table's rows and the paired comparisons, on a made-up table."""
+run statistics from the table's rows and the paired comparisons, on a made-up table; who
+reaches the target under a deadline, on a tiny real sweep."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import numpy as np
 import pytest
+from helpers import TINY_RUN
 
+import pfedwn_jax
+from pfedwn_jax import ExperimentConfig
 from pfedwn_jax.reproduce import comm_efficiency as ce
 from pfedwn_jax.results.cost_curves import time_to_accuracy
 from pfedwn_jax.results.paired import paired_t
@@ -62,3 +69,29 @@ def test_selection_is_compared_with_every_neighbor_paired_by_seed_under_holm():
     assert t["diff"] == pytest.approx(paired_t(a, b, 300)["diff"]) == pytest.approx(0.02)
     np.testing.assert_allclose(t["clock_s"], [0.5] * 3)  # time ratio per seed
     assert all(t["p_holm"] >= t["p"] for t in summary["tests"])
+
+
+def test_a_deadline_of_two_and_a_half_airtimes_lets_two_of_three_neighbors_through():
+    """Serial reception over ideal links, each model (the logistic regression's 7,850
+    parameters at 32 bits) taking one airtime at the threshold rate: of the target's three
+    neighbors the two first ready arrive every round, the third is cut every round (two
+    training seeds over one partition and topology, as the study's seeds)."""
+    airtime = 32 * 7850 / (100e6 / 14 * math.log2(1 + TINY_RUN["gamma_th"]))
+    config = ExperimentConfig(
+        **{**TINY_RUN, "rounds": 2},
+        algorithms=("fedavg",),
+        cost=True,
+        reception="serial",
+        deadline_s=2.5 * airtime,
+        data_seed=0,
+        topology_seed=0,
+    )
+    configs = [config, dataclasses.replace(config, seed=1)]
+    labels = [{"case": "Case 1", "variant": "all, deadline"}] * 2
+    res = pfedwn_jax.sweep(configs, labels=labels, records=ce.KEPT, progress=False)
+    rows = ce.arrivals(res, configs)
+    assert [r["slot"] for r in rows] == [1, 2, 3]
+    assert sorted(r["arrived"] for r in rows) == [0.0, 1.0, 1.0]
+    assert all(r["arrived"] + r["cut_by_deadline"] == 1.0 for r in rows)
+    assert max(rows, key=lambda r: r["compute_s"])["cut_by_deadline"] == 1.0  # ready last
+    assert all(0 < r["target_classes_held"] <= 1 and r["samples"] > 0 for r in rows)

@@ -18,10 +18,12 @@ from helpers import VARIED_RUN, scalar_series, toml_text
 import pfedwn_jax
 from pfedwn_jax import ExperimentConfig, sweep
 from pfedwn_jax.experiment.grid import expand, run_config
+from pfedwn_jax.experiment.setup import setup
 from pfedwn_jax.models import get_model
 from pfedwn_jax.runner.writers import TensorBoardWriter
 
 COST = dict(cost=True, retries=1, header_bits=64.0)
+KEY = jax.random.key(0)
 COST_KEYS = ("bits_sent", "airtime_s", "energy_j", "clock_s", "cumulative_energy_j")
 
 
@@ -77,6 +79,27 @@ def test_tensorboard_receives_the_cost_of_every_round(one_run):
         assert steps == (1, 2), tag
         np.testing.assert_allclose(values, entry[tag], rtol=1e-6, err_msg=tag)
         assert np.all(np.asarray(values) > 0), tag
+
+
+def test_each_method_is_charged_what_it_sends():
+    """At 16 bits a parameter over ideal links (one attempt each), to each of the others:
+    SCAFFOLD its model and control variate, CHOCO its 4-bit QSGD difference (4 bits a
+    parameter and a 32-bit norm a leaf), each plus the header; Local nothing: no bits, no
+    airtime, its energy its training's and its round the slowest slot's training."""
+    hp = {"choco": {"bits": 4}}
+    config = _config(algorithms=("local", "scaffold", "choco"), hparams=hp, bits_per_param=16)
+    result = pfedwn_jax.run(config, progress=False)
+    params = sum(x.size for x in jax.tree.leaves(get_model("logreg", 10, (28, 28, 1)).init(KEY)))
+    bits = {m: result.records(m, "bits_sent") for m in config.algorithms}
+    others = bits["local"].shape[1] - 1
+    np.testing.assert_allclose(bits["scaffold"], others * (2 * 16 * params + 64.0))
+    np.testing.assert_allclose(bits["choco"], others * (4 * params + 32 * 2 + 64.0))
+    cost = setup(config).ctx.links.cost
+    assert not bits["local"].any() and not result.records("local", "airtime_s").any()
+    compute_j = np.asarray(cost.compute_w) * np.asarray(cost.compute_s)
+    np.testing.assert_allclose(result.records("local", "energy_j"), [compute_j] * 2, rtol=1e-6)
+    rounds = result.records("local", "round_s")
+    np.testing.assert_allclose(rounds, np.asarray(cost.compute_s).max(), rtol=1e-6)
 
 
 def test_cost_off_leaves_no_cost_outputs():

@@ -31,6 +31,8 @@ the neighbor lists and ``is_target``.
   keeps a failed link's last delivered copy from it (``stale`` links); nothing leaves a
   round any other way. Where ``sent`` is not shaped as ``eval_params`` (FedEM sends all its
   components), ``Algorithm.sent_params(state, ctx, hp)`` returns something of its shapes.
+  With the cost counted, a link carries ``Algorithm.payload_bits`` bits a round (default:
+  every parameter of ``sent``; ``pfedwn_jax.algorithms.payload``).
 - ``eval_params(state, ctx, hp) -> params [S, ...]``: the personalised model each slot is
   evaluated with on its own data client's test split (after every round).
 - ``records(state, ctx, hp) -> dict[str, array]`` or ``None``: extra per-round values (e.g.
@@ -224,6 +226,10 @@ class Algorithm(NamedTuple):
     # links it combined (row- or column-stochastic): the engine reports their spectral gap
     # (metric `spectral_gap`). None: the method does not gossip (no such metric).
     mixing_weights: Callable[..., Any] | None = None
+    # (state, ctx, hp, value_bits) -> [] or [S] bits each slot sends a listed neighbor in a
+    # round (`algorithms.payload`; what the round's cost charges). None: every parameter of
+    # what the round sends (`sent_params`, else `eval_params`) at `value_bits` bits.
+    payload_bits: Callable[..., Any] | None = None
 
 
 # The built-in families, in the order docs/algorithms.md lists them.

@@ -44,6 +44,7 @@ from pfedwn_jax.algorithms.common import (
     state_records,
 )
 from pfedwn_jax.algorithms.mixing import gossip, mh_weights
+from pfedwn_jax.algorithms.payload import params_per_slot
 from pfedwn_jax.algorithms.phases import Phase, Sizes, baseline
 from pfedwn_jax.engine import ClientState
 from pfedwn_jax.engine.compression import Compressor, Identity, Quantize, TopK
@@ -120,6 +121,14 @@ def memory_phases(sz: Sizes, hp: Any) -> list[Phase]:
     return [*baseline(sz, hp), Phase("CHOCO gossip", 4 * sz.slots * sz.param, 0)]
 
 
+def payload_bits(state: ChocoState, ctx: RoundContext, hp: ChocoHParams, value_bits: Any) -> Any:
+    """A slot sends its compressed difference: the operator's bits (``Identity``: every
+    parameter at ``value_bits``)."""
+    if hp.compression == "none":
+        return value_bits * params_per_slot(state.public)
+    return float(compressor(hp, state.public).bits(state.public))
+
+
 CHOCO = register(
     baseline_algorithm(
         name="choco",
@@ -129,6 +138,7 @@ CHOCO = register(
         records=state_records(bits="bits"),
         mixing_weights=lambda state, ctx, hp: mh_weights(ctx),
         memory_phases=memory_phases,
+        payload_bits=payload_bits,
         description="CHOCO-SGD: gossip of compressed differences with public copies",
         family="decentralized",
         default=False,

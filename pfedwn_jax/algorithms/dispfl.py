@@ -32,6 +32,7 @@ Records: ``train_loss [S]`` (the consensus distance is a metric of every method)
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import jax
@@ -120,12 +121,21 @@ def _round(
     return DisPFLState(clients, state.masks, metrics["loss"]), sent
 
 
+def payload_bits(state: DisPFLState, ctx: RoundContext, hp: Any, value_bits: Any) -> Any:
+    """``[S]``: a slot sends the entries its mask keeps, at ``value_bits`` each, and its mask
+    of every sparse leaf, a bit an entry (the dense leaves need none)."""
+    kept = sum(m.reshape(m.shape[0], -1).sum(axis=1) for m in jax.tree.leaves(state.masks))
+    bitmap = sum(math.prod(m.shape[1:]) for m in jax.tree.leaves(state.masks) if m.ndim >= 3)
+    return value_bits * kept + bitmap
+
+
 DISPFL = register(
     baseline_algorithm(
         name="dispfl",
         hparams=DisPFLHParams,
         init=_init,
         round=_round,
+        payload_bits=payload_bits,
         description="DisPFL: personalized sparse masks, coordinates averaged where masks overlap",
         family="decentralized",
         default=False,

@@ -8,6 +8,7 @@ import jax
 
 from pfedwn_jax.algorithms.base import NoHParams, RoundContext, register
 from pfedwn_jax.algorithms.common import BaselineState, baseline_algorithm, local_update
+from pfedwn_jax.algorithms.payload import nothing_sent
 from pfedwn_jax.algorithms.phases import Phase, Sizes, baseline
 
 
@@ -31,6 +32,7 @@ LOCAL = register(
         round=_round,
         description="local training only (no communication)",
         memory_phases=memory_phases,
+        payload_bits=nothing_sent,
         family="local",
     )
 )

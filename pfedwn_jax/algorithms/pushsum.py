@@ -46,6 +46,7 @@ from pfedwn_jax.algorithms.common import (
     state_records,
 )
 from pfedwn_jax.algorithms.mixing import fresh_mask, gossip, listed_mask
+from pfedwn_jax.algorithms.payload import params_per_slot
 from pfedwn_jax.engine import ClientState
 
 
@@ -87,6 +88,11 @@ def _mixing(state: PushSumState, ctx: RoundContext, hp: Any) -> jax.Array:
     return push_shares(ctx)
 
 
+def payload_bits(state: PushSumState, ctx: RoundContext, hp: Any, value_bits: Any) -> Any:
+    """A slot pushes its model share and its weight share: one model and one value."""
+    return value_bits * (params_per_slot(state.clients.params) + 1)
+
+
 PUSHSUM = register(
     baseline_algorithm(
         name="pushsum",
@@ -95,6 +101,7 @@ PUSHSUM = register(
         round=_round,
         records=state_records(push_weight="weight"),
         mixing_weights=_mixing,
+        payload_bits=payload_bits,
         description="stochastic gradient push: push-sum gossip on the directed selected graph",
         family="decentralized",
         default=False,

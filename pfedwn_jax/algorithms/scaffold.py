@@ -37,6 +37,7 @@ from pfedwn_jax._checks import check_float
 from pfedwn_jax.algorithms.base import RoundContext, checked, hparams, register
 from pfedwn_jax.algorithms.common import baseline_algorithm, check_sgd, init_clients, local_update
 from pfedwn_jax.algorithms.mixing import fresh_average, group_average
+from pfedwn_jax.algorithms.payload import params_per_slot
 from pfedwn_jax.engine import ClientState, default_loss
 
 
@@ -103,12 +104,18 @@ def _round(
     return new, trained.params
 
 
+def payload_bits(state: ScaffoldState, ctx: RoundContext, hp: Any, value_bits: Any) -> Any:
+    """A slot sends its trained model and its control variate ``c_i``: two models' worth."""
+    return 2 * value_bits * params_per_slot(state.clients.params)
+
+
 SCAFFOLD = register(
     baseline_algorithm(
         name="scaffold",
         hparams=ScaffoldHParams,
         init=_init,
         round=_round,
+        payload_bits=payload_bits,
         description="FedAvg with control variates correcting the local gradients (option II)",
         family="traditional",
         default=False,

@@ -57,6 +57,7 @@ from pfedwn_jax.algorithms.common import (
     init_baseline,
     local_update,
 )
+from pfedwn_jax.algorithms.payload import part_bits
 from pfedwn_jax.algorithms.split import (
     average_part,
     split_keys,
@@ -154,16 +155,34 @@ def _babu_eval(state: FedBABUState, ctx: RoundContext, hp: Any) -> Any:
     return state.tuned
 
 
+def shared_part(name: str, part: int) -> Any:
+    """The ``payload_bits`` of method ``name`` sharing its body (``part`` 0) or head (1):
+    a slot sends only that part of its model."""
+
+    def payload_bits(state: Any, ctx: RoundContext, hp: Any, value_bits: Any) -> Any:
+        return part_bits(state.clients.params, split_keys(ctx, name)[part], value_bits)
+
+    return payload_bits
+
+
 def _register(
-    name: str, hp: Any, init: Any, round_fn: Any, description: str, eval_params: Any = eval_own
+    name: str,
+    hp: Any,
+    init: Any,
+    round_fn: Any,
+    description: str,
+    eval_params: Any = eval_own,
+    part: int = 0,
 ) -> Algorithm:
-    """Register a splitting method (not run by default; its training loss recorded)."""
+    """Register a splitting method sharing its body (``part`` 0) or head (1) (not run by
+    default; its training loss recorded)."""
     algorithm = baseline_algorithm(
         name=name,
         hparams=hp,
         init=init,
         round=round_fn,
         eval_params=eval_params,
+        payload_bits=shared_part(name, part),
         description=description,
         family="splitting",
         default=False,
@@ -184,6 +203,7 @@ LGFEDAVG = _register(
     _init_split("lgfedavg"),
     _lg_round,
     "head averaged in each group, body (representation) personal",
+    part=1,
 )
 FEDREP = _register(
     "fedrep",

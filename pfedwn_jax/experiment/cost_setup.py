@@ -39,11 +39,13 @@ def build_cost_setup(
     samples: Any,
     epochs: int,
     compressor: Any = None,
+    value_bits: int = 32,
 ) -> CostSetup:
     """The `CostSetup` of a run: ``model``'s FLOPs and payload (`model_costs`), each slot's
-    ``devices`` and the ``samples [S]`` it trains on for ``epochs`` epochs a round."""
+    ``devices`` and the ``samples [S]`` it trains on for ``epochs`` epochs a round; a method
+    sends its parameters at ``value_bits`` bits (the runner sizes its payload from them)."""
     flops, bits = model_costs(model, compressor)
-    return make_cost_setup(params, bits, devices, flops, samples, epochs)
+    return make_cost_setup(params, bits, devices, flops, samples, epochs, value_bits)
 
 
 def config_cost_setup(config: Any, model: Model, samples: Any, batch_size: int) -> CostSetup:
@@ -61,5 +63,7 @@ def config_cost_setup(config: Any, model: Model, samples: Any, batch_size: int) 
     epochs = config.local_epochs
     if config.local_steps is not None:
         samples, epochs = np.full_like(samples, config.local_steps * batch_size), 1
-    compressor = Identity(value_bits=config.bits_per_param)
-    return build_cost_setup(model, cost_params(config), devices, samples, epochs, compressor)
+    bits = config.bits_per_param
+    return build_cost_setup(
+        model, cost_params(config), devices, samples, epochs, Identity(value_bits=bits), bits
+    )

@@ -12,19 +12,20 @@ in every `VARIANTS` entry: the paper's selection at `eps = 0.05` or
 every neighbor in range (`selection=False`), the receiver taking its links one at a time
 (`reception="serial"`), without and with a deadline (`--deadline`, seconds: a neighbor
 whose model misses it is dropped that round).
-The cost is the network's: every method is charged one model per listed link and round
-(Local too, which uses none of what it receives), so clock and energy differ between
-variants, not between methods; the ARQ and the deadline decide, for each method alike,
-which models arrive. All runs are one `pfedwn_jax.sweep` of the configs (labels `case`,
-`variant`), saved under `OUT/sweep` (reloaded on a re-run instead of run again).
+Each method is charged what it sends (`algorithms.payload`): pFedWN and FedAvg one model
+per listed link and round, Local nothing (its clock and energy are its training's); the ARQ
+and the deadline decide, for both alike, which models arrive. All runs are one
+`pfedwn_jax.sweep` of the configs (labels `case`, `variant`; the records `KEPT`), saved
+under `OUT/sweep` (reloaded on a re-run instead of run again).
 
 Per case, variant, method and seed: the target's accuracy (mean of the last 5 rounds), the
 simulated seconds and joules of the whole run (`clock_s`, `cumulative_energy_j` at the last
 round) and to 90% of the final accuracy (`time_to_90`, `energy_to_90`). The comparisons, each
 paired by seed: selection against every neighbor for pFedWN and FedAvg (accuracy difference
 with test-set sampling, `results.paired.paired_t`, Holm-adjusted over the study; time and
-energy as the per-seed ratio), and each method against Local. Writes `summary.json` and
-`comm_efficiency.png` (accuracy against simulated seconds and joules, Case 1).
+energy as the per-seed ratio), and each method against Local. Under a deadline, which of the
+target's neighbors arrive (`arrivals`). Writes `summary.json` and `comm_efficiency.png`
+(accuracy against simulated seconds and joules, Case 1).
 """
 
 from __future__ import annotations
@@ -131,6 +132,57 @@ def per_run(res: SweepResult) -> dict[tuple[str, str, str], dict[str, np.ndarray
 
 
 STATS = ("accuracy", "clock_s", "energy_j", "time_to_90", "energy_to_90")
+#: The per-round records the study keeps: which listed links delivered, which the deadline cut.
+KEPT = ("link_received", "link_straggler")
+
+
+def arrivals(
+    res: SweepResult, configs: Sequence[ExperimentConfig], method: str = "fedavg"
+) -> list[dict[str, Any]]:
+    """Who reaches the target under a deadline: per case and deadline variant, each of the
+    target's listed neighbors (seed 0's set-up: its training samples, the share of the
+    target's classes it holds, its training time) and the share of rounds x seeds its model
+    arrived at ``method``'s target and was cut by the deadline."""
+    rows, out = res.rows, []
+    groups: dict[tuple[str, str], list[int]] = {}
+    for run in np.unique(rows["run"]):
+        at = np.flatnonzero(rows["run"] == run)[0]
+        groups.setdefault((str(rows["case"][at]), str(rows["variant"][at])), []).append(int(run))
+    for (case, variant), ids in sorted(groups.items()):
+        if "deadline" not in variant:
+            continue
+        exp = setup(configs[ids[0]])
+        got = np.mean([res.record("link_received", r, method)[:, 0] for r in ids], (0, 1))
+        cut = np.mean([res.record("link_straggler", r, method)[:, 0] for r in ids], (0, 1))
+        for k, facts in enumerate(_listed(exp)):
+            out.append(
+                {"case": case, "variant": variant, **facts, "arrived": float(got[k + 1])}
+                | {"cut_by_deadline": float(cut[k + 1])}
+            )
+    return out
+
+
+def _listed(exp: Any) -> list[dict[str, Any]]:
+    """The target's listed neighbors (list order): slot, training samples, share of the
+    target's classes it holds, training time a round."""
+    ctx, train = exp.ctx, exp.data.train
+    nbr, mask = np.asarray(ctx.neighbors)[0], np.asarray(ctx.neighbor_mask)[0]
+    client, count = np.asarray(ctx.data_client), np.asarray(train.count)
+
+    def classes(slot: int) -> set[int]:
+        c = client[slot]
+        return set(np.asarray(train.y[c])[: count[c]].tolist())
+
+    own = classes(0)
+    return [
+        {
+            "slot": int(j),
+            "samples": int(count[client[j]]),
+            "target_classes_held": len(own & classes(int(j))) / len(own),
+            "compute_s": float(np.asarray(ctx.links.cost.compute_s)[j]),
+        }
+        for j in nbr[1:][mask[1:]]
+    ]
 
 
 def summarize(runs: dict, n_test: dict[str, int]) -> dict[str, Any]:
@@ -205,11 +257,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     if (folder / "sweep.json").exists():
         res = SweepResult.load(folder)
     else:
-        res = api.sweep(configs, labels=labels, progress=True)
+        res = api.sweep(configs, labels=labels, progress=True, records=KEPT)
         res.save(folder)
     runs = per_run(res)
     n_test = {c["name"]: c["target_test_samples"] for c in cases}
     summary = summarize(runs, n_test)
+    summary["arrivals"] = arrivals(res, configs)
     shown = sys.argv[1:] if argv is None else list(argv)
     summary.update(
         command="python -m pfedwn_jax.reproduce.comm_efficiency " + " ".join(shown),

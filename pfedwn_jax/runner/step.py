@@ -21,6 +21,7 @@ import jax.numpy as jnp
 
 from pfedwn_jax.algorithms import Algorithm, RoundContext
 from pfedwn_jax.algorithms.mixing import listed_mask
+from pfedwn_jax.algorithms.payload import payload_of, sent_shapes
 from pfedwn_jax.data import ClientData
 from pfedwn_jax.engine import constrain_slots, evaluate
 from pfedwn_jax.results.metrics import SlotView, slot_metrics
@@ -61,9 +62,7 @@ def init_state(alg: Algorithm, hp: Any, key: jax.Array, ctx: RoundContext) -> Ru
     state = alg.init(key, ctx, hp)
     if not needs_track(ctx.links):
         return RunState(state)
-    sent = alg.eval_params if alg.sent_params is None else alg.sent_params
-    params = jax.eval_shape(lambda s: sent(s, ctx, hp), state)  # [S, ...] what a round sends
-    return RunState(state, init_track(key, ctx, params))
+    return RunState(state, init_track(key, ctx, sent_shapes(alg, state, ctx, hp)))
 
 
 def round_step(
@@ -75,6 +74,7 @@ def round_step(
     evals: tuple[ClientData, ClientData | None],
 ) -> tuple[RunState, RoundOut]:
     """One round of `alg` plus the evaluation of every slot; `evals` is `(test, val)`."""
+    ctx = _with_payload(alg, hp, state.alg, ctx)
     round_ctx, link_records, drawn = _draw_links(ctx, state.links, key)
     algstate, sent = _checked_round(alg, alg.round(state.alg, key, round_ctx, hp))
     track = state.links
@@ -87,6 +87,16 @@ def round_step(
     records = {**records, **link_records}
     mixing = None if alg.mixing_weights is None else alg.mixing_weights(state.alg, round_ctx, hp)
     return state, RoundOut(_metrics(round_ctx, params, evals, records, mixing), records)
+
+
+def _with_payload(alg: Algorithm, hp: Any, state: Any, ctx: RoundContext) -> RoundContext:
+    """The context whose cost set-up charges what `alg` sends (`algorithms.payload`); the
+    context itself when the cost is not counted."""
+    links = ctx.links
+    if links is None or links.cost is None:
+        return ctx
+    bits = payload_of(alg, state, ctx, hp, links.cost.value_bits)
+    return ctx.replace(links=links.replace(cost=links.cost.replace(payload_bits=bits)))
 
 
 def _draw_links(ctx: RoundContext, track: Any, key: jax.Array) -> tuple[RoundContext, dict, Any]:

@@ -117,15 +117,19 @@ class CostSetup(flax.struct.PyTreeNode):
 
     Attributes:
       params: `CostParams`.
-      payload_bits: `[]` or `[S]` bits of one model each slot sends (header excluded).
+      payload_bits: `[]` or `[S]` bits each slot sends a listed neighbor in a round (header
+        excluded; 0: the slot sends nothing). The runner sets it from the method's
+        declaration (`algorithms.payload`) at ``value_bits``.
       compute_s: `[S]` each slot's local training time in a round (s).
       compute_w: `[S]` each slot's power draw while training (W).
+      value_bits: `[]` bits a parameter is sent with (the config's ``bits_per_param``).
     """
 
     params: CostParams
     payload_bits: jax.Array
     compute_s: jax.Array
     compute_w: jax.Array
+    value_bits: Any = 32.0
 
 
 def make_cost_setup(
@@ -135,12 +139,14 @@ def make_cost_setup(
     flops_per_sample: float,
     samples: Any,
     epochs: int,
+    value_bits: float = 32.0,
 ) -> CostSetup:
     """The `CostSetup` of a run: ``payload_bits`` (a compressor's ``bits(tree)``), each slot's
     device (`compute.Devices`) and its training work (``flops_per_sample x samples [S] x
-    epochs``, ``compute.compute_seconds``)."""
+    epochs``, ``compute.compute_seconds``), parameters sent at ``value_bits`` bits."""
     compute = compute_seconds(flops_per_sample, samples, epochs, devices.flops_per_s)
-    return CostSetup(params, jnp.asarray(payload_bits, jnp.float32), compute, devices.power_w)
+    payload = jnp.asarray(payload_bits, jnp.float32)
+    return CostSetup(params, payload, compute, devices.power_w, jnp.float32(value_bits))
 
 
 def round_cost(
@@ -159,7 +165,8 @@ def round_cost(
 
     Args:
       key: this round's cost key (ARQ retries).
-      setup: `CostSetup` (the cost model, payload, each slot's compute time and power).
+      setup: `CostSetup` (the cost model, payload, each slot's compute time and power). A
+        sender of payload 0 (Local) uses no airtime: its links' draw stands as it is.
       channel, gamma_th: the channel (sub-channel bandwidth, transmit power) and threshold.
       neighbors, listed, received: `[S, K]` the lists, their real entries and the link
         model's draw of the first attempt. perr: `[S, K]` (or scalar) per-attempt failure.
@@ -168,15 +175,16 @@ def round_cost(
         energy (a sweep's padding slots list no links, so they send nothing either).
     """
     cost, compute_s, s = setup.params, setup.compute_s, neighbors.shape[0]
-    used = listed.at[:, 0].set(False)
+    payload = jnp.broadcast_to(jnp.asarray(setup.payload_bits, jnp.float32), (s,))[neighbors]
+    silent = payload <= 0  # the sender sends nothing: no traffic, the draw stands
+    used = listed.at[:, 0].set(False) & ~silent
     rate = link_rate(
         cost.rate_model, sinr, subchannel_hz(channel), gamma_th, cost.efficiency, cost.mcs_table
     )
     used = used & (jnp.broadcast_to(rate, used.shape) > 0)
     attempts, ok = arq_attempts(key, received, perr, cost.retries)
     attempts = jnp.where(used, attempts, 0)
-    payload = jnp.broadcast_to(jnp.asarray(setup.payload_bits, jnp.float32), (s,))
-    bits = (payload[neighbors] + cost.header_bits) * attempts
+    bits = (payload + cost.header_bits) * attempts
     airtime = jnp.where(used, bits / jnp.where(used, rate, 1.0), 0.0)
     finish = _finish_times(cost.reception, compute_s[neighbors], airtime, used)
     straggler = used & ok & (finish > cost.deadline_s)
@@ -188,7 +196,7 @@ def round_cost(
     energy = jnp.where(real, channel.tx_power_w * airtime_s + setup.compute_w * compute_s, 0.0)
     return RoundCost(
         attempts=attempts.astype(jnp.int32),
-        delivered=(used & ok & ~straggler).at[:, 0].set(True),
+        delivered=jnp.where(silent, received, used & ok & ~straggler).at[:, 0].set(True),
         straggler=straggler,
         bits_sent=by_sender(bits),
         airtime_s=airtime_s,
