@@ -173,8 +173,9 @@ def build_context(
     )
 
 
-#: The config fields a federation depends on (`experiment.federation`): runs that share them
-#: (a seed sweep) share one federation.
+#: The config fields a federation depends on (every field `experiment.federation` reads;
+#: `tests/test_setup_cache.py` checks the list against it): runs that share them (a seed
+#: sweep) share one federation.
 FEDERATION_FIELDS = (
     "mode",
     "num_neighbors",
@@ -189,6 +190,10 @@ FEDERATION_FIELDS = (
     "candidates",
     "interference_cutoff",
     "interference_tail",
+    "fading",
+    "fading_param",
+    "shadowing_db",
+    "mobility",
 )
 
 
