@@ -63,7 +63,7 @@ from pfedwn_jax._checks import check_choice, check_float, check_int
 from pfedwn_jax.data.federate import client_label_counts
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.experiment.federation import channel_params, single_target_federation
-from pfedwn_jax.experiment.setup import load_data
+from pfedwn_jax.experiment.setup import load_data, setup
 from pfedwn_jax.wireless import error_probability, place_uniform, topology_keys
 
 #: The paper's Table II cases: selected-neighbor counts and their SINR thresholds.
@@ -433,3 +433,10 @@ def network20_case(
     """Table III's target: 3 of 20 neighbors selected at gamma_th 10 (`paper_cases` options)."""
     kw.setdefault("names", ("20-neighbor",))
     return paper_cases(config, 20, (3,), (10.0,), search_seeds, **kw)[0]
+
+
+def target_test_samples(config: ExperimentConfig) -> int:
+    """The test samples of a run's target (slot 0's data client): the test-set term of its
+    paired intervals (`results.paired.paired_t`)."""
+    exp = setup(config)
+    return int(np.asarray(exp.test.count)[int(np.asarray(exp.ctx.data_client)[0])])

@@ -45,7 +45,7 @@ from pfedwn_jax.experiment import ExperimentConfig
 from pfedwn_jax.experiment.setup import setup
 from pfedwn_jax.io import atomic_write_json
 from pfedwn_jax.plotting import pyplot, save_figure
-from pfedwn_jax.reproduce.cases import paper_cases
+from pfedwn_jax.reproduce.cases import paper_cases, target_test_samples
 from pfedwn_jax.reproduce.presets import FULL_BASE, shared_data_dir
 from pfedwn_jax.results.cost_curves import energy_to_accuracy, time_to_accuracy
 from pfedwn_jax.results.paired import holm, is_separated, paired_t
@@ -79,12 +79,6 @@ def base_config(rounds: int) -> ExperimentConfig:
         cost=True,
         retries=RETRIES,
     )
-
-
-def target_test_samples(config: ExperimentConfig) -> int:
-    """The test samples of the run's target (slot 0's data client)."""
-    exp = setup(config)
-    return int(np.asarray(exp.test.count)[int(np.asarray(exp.ctx.data_client)[0])])
 
 
 def study_configs(
