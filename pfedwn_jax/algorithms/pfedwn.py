@@ -86,6 +86,7 @@ from pfedwn_jax.algorithms.pfedwn_em import (
 )
 from pfedwn_jax.algorithms.phases import Phase, Sizes, baseline, evaluation, training
 from pfedwn_jax.engine import mix_sparse
+from pfedwn_jax.engine.cond import cond_any
 
 __all__ = [
     "CHUNK_BYTES",
@@ -297,10 +298,11 @@ def _estimate_and_mix(
         return state.pi, state.pi_trace, mixed(state.pi)
     params, rows = state.clients.params, rows_due(state, ctx, hp)
     due = rows.any()
-    pi, trace = jax.lax.cond(
+    pi, trace = cond_any(  # EM only in the rounds (and runs of a sweep) that estimate
         due,
-        lambda: estimate_pi(params, key, ctx, hp, received),
-        lambda: (state.pi, state.pi_trace),
+        lambda p, k, c, h, r, *_: estimate_pi(p, k, c, h, r),
+        lambda *args: args[-2:],
+        (params, key, ctx, hp, received, state.pi, state.pi_trace),
     )
     pi = jnp.where(rows[:, None], pi, state.pi)
     trace = jnp.where(rows[None, :, None], trace, state.pi_trace)

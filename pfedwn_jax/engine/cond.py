@@ -1,0 +1,50 @@
+"""A branch that stays a branch under `vmap`.
+
+`jax.lax.cond` with a batched predicate becomes a `select`: both branches run for every
+element of the batch. A run is a `vmap` over runs (a sweep of one, or of many), so an
+expensive branch taken on a few rounds (pFedWN's EM) would run on every round. `cond_any`
+runs it only when some element of the batch takes it, for the whole batch, and selects per
+element; when none does, only the other branch runs. The values are `lax.cond`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+
+def cond_any(
+    pred: Any, true_fn: Callable[..., Any], false_fn: Callable[..., Any], operands: tuple
+) -> Any:
+    """``jax.lax.cond(pred, true_fn, false_fn, *operands)``, whose `vmap` over a batched
+    ``pred`` runs ``true_fn`` only if ``any(pred)`` (see the module docstring).
+
+    ``true_fn`` and ``false_fn`` must be functions of ``operands`` alone (anything batched
+    they need is an operand, not a closure); nested `vmap`s keep the branch at every level.
+    """
+
+    @jax.custom_batching.custom_vmap
+    def branch(p: jax.Array, ops: tuple) -> Any:
+        return jax.lax.cond(p, true_fn, false_fn, *ops)
+
+    @branch.def_vmap
+    def rule(axis_size: int, in_batched: list, p: jax.Array, ops: tuple) -> Any:
+        p_b, ops_b = in_batched
+        axes = jax.tree.map(lambda b: 0 if b else None, ops_b)
+        each = lambda fn: jax.vmap(lambda o: fn(*o), in_axes=(axes,), axis_size=axis_size)
+        if not p_b:
+            out = cond_any(p, lambda o: each(true_fn)(o), lambda o: each(false_fn)(o), (ops,))
+        else:
+
+            def select(q: jax.Array, o: tuple) -> Any:
+                at = lambda a: q.reshape(q.shape + (1,) * (a.ndim - 1))
+                pick = lambda t, f: jnp.where(at(t), t, f)
+                return jax.tree.map(pick, each(true_fn)(o), each(false_fn)(o))
+
+            out = cond_any(p.any(), select, lambda q, o: each(false_fn)(o), (p, ops))
+        return out, jax.tree.map(lambda _: True, out)
+
+    return branch(jnp.asarray(pred), operands)
