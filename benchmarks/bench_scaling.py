@@ -304,7 +304,7 @@ def main() -> None:
         "--set", action="append", default=[], metavar="KEY=VALUE", help="another config field"
     )
     args = ap.parse_args()
-    extra = dict(_setting(s) for s in args.set)
+    extra = dict(setting(s) for s in args.set)
     if args.data:  # the subprocesses read it from the environment
         os.environ["PFEDWN_BENCH_DATA"] = globals()["DATA_FILE"] = args.data
     if args.plot_from:
@@ -350,7 +350,7 @@ def _subprocess(n: int, model: str, method: str, args: argparse.Namespace) -> di
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def _setting(text: str) -> tuple[str, object]:
+def setting(text: str) -> tuple[str, object]:
     """`KEY=VALUE` of `--set`: the value as JSON where it parses, else the string."""
     key, sep, value = text.partition("=")
     if not sep or not key:
