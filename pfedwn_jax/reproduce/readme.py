@@ -193,8 +193,30 @@ def comm_block(root: Path) -> str:
                          f"{ratio['clock_s']:.2f} | {ratio['energy_j']:.2f} |")  # fmt: skip
     lines += ["", f"{doc['comparisons']} comparisons (these and every method against Local), "
               f"Holm-adjusted together; the sweep took {doc['sweep_wall_s'] / 60:.0f} min on "
-              f"this CPU (`{doc['command']}`)."]  # fmt: skip
+              f"this CPU (`{doc['command']}`).", "", *_arrival_lines(doc["arrivals"])]  # fmt: skip
     return "\n".join(lines)
+
+
+def _arrival_lines(arrivals: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Under the deadline, the target's neighbors whose model arrived in most rounds and
+    the rest, each as its training samples and the share of the target's classes it holds
+    (with the share of rounds where that is not all or none)."""
+    lines = ["| case | variant | arrived by the deadline: samples (target's classes held) | cut |",
+             "|---|---|---|---|"]  # fmt: skip
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for a in arrivals:
+        groups.setdefault((a["case"], a["variant"]), []).append(a)
+
+    def show(a: Mapping[str, Any]) -> str:
+        share = a["arrived"] if a["arrived"] >= 0.5 else 1 - a["arrived"]
+        often = "" if share == 1 else f" in {share:.0%} of rounds"
+        return f"{a['samples']:,} ({a['target_classes_held']:.0%}){often}"
+
+    for (case, variant), rows in groups.items():
+        got = ", ".join(show(a) for a in rows if a["arrived"] >= 0.5) or "none"
+        cut = ", ".join(show(a) for a in rows if a["arrived"] < 0.5) or "none"
+        lines.append(f"| {case} | {variant} | {got} | {cut} |")
+    return lines
 
 
 BLOCKS = {
