@@ -3,6 +3,7 @@ in the compiled program instead of `lax.cond`'s select of both branches."""
 
 from __future__ import annotations
 
+import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -63,3 +64,22 @@ def test_under_vmap_the_program_keeps_a_branch(levels):
     x = X if levels == 2 else X[0]
     assert "cond[" in str(jax.make_jaxpr(nest(ours))(p, x))
     assert "cond[" not in str(jax.make_jaxpr(nest(plain))(p, x))
+
+
+class Checked(flax.struct.PyTreeNode):
+    """An operand that validates its field when built (as the package's parameter classes)."""
+
+    scale: jax.Array
+
+    def __post_init__(self):
+        if isinstance(self.scale, bool | None):
+            raise ValueError(f"scale must be a number; got {self.scale!r}")
+
+
+def test_operands_that_validate_themselves_pass_through_the_batching_rule():
+    def f(p, x, c):
+        return cond_any(p, lambda x, c: x * c.scale, lambda x, c: x - c.scale, (x, c))
+
+    p, c = jnp.array([True, False, False]), Checked(jnp.float32(2.0))
+    got = jax.vmap(f, in_axes=(0, 0, None))(p, X[0], c)
+    np.testing.assert_array_equal(got, jnp.where(p[:, None], X[0] * 2.0, X[0] - 2.0))

@@ -24,27 +24,40 @@ def cond_any(
 
     ``true_fn`` and ``false_fn`` must be functions of ``operands`` alone (anything batched
     they need is an operand, not a closure); nested `vmap`s keep the branch at every level.
+    Operands and results cross the batching rule as flat leaves, so their dataclasses are
+    never rebuilt from batching flags (and never validate those).
     """
+    flat, treedef = jax.tree.flatten(operands)
+    out_tree: list[Any] = []
+
+    def on_leaves(fn: Callable[..., Any]) -> Callable[[list], list]:
+        def call(leaves: list) -> list:
+            out, tree = jax.tree.flatten(fn(*treedef.unflatten(leaves)))
+            out_tree[:] = [tree]
+            return out
+
+        return call
 
     @jax.custom_batching.custom_vmap
-    def branch(p: jax.Array, ops: tuple) -> Any:
-        return jax.lax.cond(p, true_fn, false_fn, *ops)
+    def branch(p: jax.Array, leaves: list) -> list:
+        return jax.lax.cond(p, on_leaves(true_fn), on_leaves(false_fn), leaves)
 
     @branch.def_vmap
-    def rule(axis_size: int, in_batched: list, p: jax.Array, ops: tuple) -> Any:
-        p_b, ops_b = in_batched
-        axes = jax.tree.map(lambda b: 0 if b else None, ops_b)
-        each = lambda fn: jax.vmap(lambda o: fn(*o), in_axes=(axes,), axis_size=axis_size)
+    def rule(axis_size: int, in_batched: list, p: jax.Array, leaves: list) -> Any:
+        p_b, leaves_b = in_batched
+        axes = [0 if b else None for b in leaves_b]
+        each = lambda fn: jax.vmap(on_leaves(fn), in_axes=(axes,), axis_size=axis_size)
         if not p_b:
-            out = cond_any(p, lambda o: each(true_fn)(o), lambda o: each(false_fn)(o), (ops,))
+            out = cond_any(p, each(true_fn), each(false_fn), (leaves,))
         else:
 
-            def select(q: jax.Array, o: tuple) -> Any:
+            def select(q: jax.Array, o: list) -> list:
                 at = lambda a: q.reshape(q.shape + (1,) * (a.ndim - 1))
                 pick = lambda t, f: jnp.where(at(t), t, f)
                 return jax.tree.map(pick, each(true_fn)(o), each(false_fn)(o))
 
-            out = cond_any(p.any(), select, lambda q, o: each(false_fn)(o), (p, ops))
-        return out, jax.tree.map(lambda _: True, out)
+            out = cond_any(p.any(), select, lambda q, o: each(false_fn)(o), (p, leaves))
+        return out, [True] * len(out)
 
-    return branch(jnp.asarray(pred), operands)
+    out = branch(jnp.asarray(pred), flat)  # traces a branch: sets out_tree
+    return out_tree[0].unflatten(out)
