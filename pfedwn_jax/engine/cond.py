@@ -32,7 +32,7 @@ def cond_any(
 
     def on_leaves(fn: Callable[..., Any]) -> Callable[[list], list]:
         def call(leaves: list) -> list:
-            out, tree = jax.tree.flatten(fn(*treedef.unflatten(leaves)))
+            out, tree = jax.tree.flatten(fn(*jax.tree.unflatten(treedef, leaves)))
             out_tree[:] = [tree]
             return out
 
@@ -60,4 +60,4 @@ def cond_any(
         return out, [True] * len(out)
 
     out = branch(jnp.asarray(pred), flat)  # traces a branch: sets out_tree
-    return out_tree[0].unflatten(out)
+    return jax.tree.unflatten(out_tree[0], out)
