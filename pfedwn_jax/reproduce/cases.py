@@ -52,18 +52,23 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import sys
+import time
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from pfedwn_jax import api
 from pfedwn_jax._checks import check_choice, check_float, check_int
 from pfedwn_jax.data.federate import client_label_counts
 from pfedwn_jax.experiment.config import ExperimentConfig
 from pfedwn_jax.experiment.federation import channel_params, single_target_federation
 from pfedwn_jax.experiment.setup import load_data, setup
+from pfedwn_jax.results.sweep import SweepResult
 from pfedwn_jax.wireless import error_probability, place_uniform, topology_keys
 
 #: The paper's Table II cases: selected-neighbor counts and their SINR thresholds.
@@ -440,3 +445,25 @@ def target_test_samples(config: ExperimentConfig) -> int:
     paired intervals (`results.paired.paired_t`)."""
     exp = setup(config)
     return int(np.asarray(exp.test.count)[int(np.asarray(exp.ctx.data_client)[0])])
+
+
+def case_sweep(folder: Path, configs: Sequence[ExperimentConfig], labels: Sequence[dict],
+               records: Sequence[str]) -> SweepResult:  # fmt: skip
+    """A study's sweep of ``configs`` (named by ``labels``, keeping ``records``), saved under
+    ``folder``; reloaded from there instead when a previous call saved it."""
+    if (folder / "sweep.json").exists():
+        return SweepResult.load(folder)
+    res = api.sweep(list(configs), labels=list(labels), progress=True, records=tuple(records))
+    res.save(folder)
+    return res
+
+
+def study_footer(module: str, argv: Sequence[str] | None, res: SweepResult, t0: float) -> dict:
+    """How a study's summary was made: its command, the sweep's wall seconds (set-up,
+    compile, run) and this call's (``t0``: its `time.perf_counter` at the start)."""
+    shown = sys.argv[1:] if argv is None else list(argv)
+    return {
+        "command": f"python -m pfedwn_jax.reproduce.{module} " + " ".join(shown),
+        "sweep_wall_s": round(sum(res.meta.get("timings", {}).values()), 1),
+        "this_call_s": round(time.perf_counter() - t0, 1),
+    }

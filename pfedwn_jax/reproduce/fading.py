@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,12 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from pfedwn_jax import api
 from pfedwn_jax.experiment import ExperimentConfig
 from pfedwn_jax.experiment.setup import setup
 from pfedwn_jax.io import atomic_write_json
 from pfedwn_jax.plotting import pyplot, save_figure
-from pfedwn_jax.reproduce.cases import paper_cases, target_test_samples
+from pfedwn_jax.reproduce.cases import case_sweep, paper_cases, study_footer, target_test_samples
 from pfedwn_jax.reproduce.presets import FULL_BASE, shared_data_dir
 from pfedwn_jax.results.paired import holm, is_separated, paired_t
 from pfedwn_jax.results.sweep import SweepResult
@@ -199,22 +197,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         ap.error(f"--fadings must include the reference {REFERENCE!r}; got {args.fadings}")
     t0 = time.perf_counter()
     configs, labels, cases = study_configs(base_config(args.rounds), args.seeds, args.fadings)
-    folder = args.out / "sweep"
-    if (folder / "sweep.json").exists():
-        res = SweepResult.load(folder)
-    else:
-        res = api.sweep(configs, labels=labels, progress=True, records=KEPT)
-        res.save(folder)
+    res = case_sweep(args.out / "sweep", configs, labels, KEPT)
     n_test = {c["name"]: c["target_test_samples"] for c in cases}
     counts = selected_counts(configs, labels)
     summary = summarize(per_run(res, counts), n_test, counts)
-    shown = sys.argv[1:] if argv is None else list(argv)
-    summary.update(
-        command="python -m pfedwn_jax.reproduce.fading " + " ".join(shown),
-        cases=cases,
-        sweep_wall_s=round(sum(res.meta.get("timings", {}).values()), 1),
-        this_call_s=round(time.perf_counter() - t0, 1),
-    )
+    summary.update(cases=cases, **study_footer("fading", argv, res, t0))
     atomic_write_json(args.out / "summary.json", summary)
     print("wrote", args.out / "summary.json", plot(summary, args.out / "fading.png"))
 
