@@ -136,11 +136,14 @@ def _manager(
 ) -> ocp.CheckpointManager:
     """An orbax manager of `directory` keeping the latest `KEEP` steps (`asynchronous`: a save
     returns once the arrays are copied to the host and is written by a background thread, and
-    older steps are deleted by another: removing a step's ~20 files took ~25 ms a save)."""
+    older steps are deleted by another: removing a step's ~20 files took ~25 ms a save). With
+    several processes old steps are deleted in the foreground: a background deletion by the
+    primary process raced the other processes' scans of the directory (a step listed whose
+    metadata was already gone ended a two-process resume)."""
     options = ocp.CheckpointManagerOptions(
         max_to_keep=KEEP,
         enable_async_checkpointing=asynchronous,
-        enable_background_delete=asynchronous,
+        enable_background_delete=asynchronous and jax.process_count() == 1,
         create=create,
     )
     handlers = {STATE: ocp.StandardCheckpointHandler(), META: ocp.JsonCheckpointHandler()}
