@@ -134,12 +134,17 @@ def place_nodes(config: ExperimentConfig) -> tuple[np.ndarray, np.ndarray, jax.A
 SHADOW_SALT = 0x5AD0
 
 
+def shadow_key(config: ExperimentConfig) -> jax.Array:
+    """The key of the topology's shadowing draws (`wireless.shadowing_db`), from its seed."""
+    return jax.random.fold_in(topology_keys(config.topology_seed)[1], SHADOW_SALT)
+
+
 def shadow_matrix(config: ExperimentConfig, n: int) -> np.ndarray | None:
     """`[n, n]` shadowing (dB) of link j <-> i between the network's nodes (client indices),
     drawn from the topology seed (`wireless.shadowing_db`; symmetric); None without it."""
     if config.shadowing_db == 0:
         return None
-    key = jax.random.fold_in(topology_keys(config.topology_seed)[1], SHADOW_SALT)
+    key = shadow_key(config)
     i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
     return np.asarray(shadowing_db(key, i, j, config.shadowing_db), np.float64)
 

@@ -23,11 +23,12 @@ from pfedwn_jax.experiment.federation import (
     Federation,
     channel_params,
     network_perr,
+    shadow_key,
     shadow_matrix,
 )
 from pfedwn_jax.wireless import ChannelParams, grid
 from pfedwn_jax.wireless._inputs import float_dtype
-from pfedwn_jax.wireless.fading import Fading, traced_fading
+from pfedwn_jax.wireless.fading import Fading, shadowing_db, traced_fading
 from pfedwn_jax.wireless.perr import default_num_nodes
 
 
@@ -77,6 +78,27 @@ class SparseMotion:
     num_nodes: int
 
 
+class Shadow(flax.struct.PyTreeNode):
+    """The topology's log-normal shadowing, as the round's draws and P_err see it.
+
+    Attributes:
+      key: `[2]` uint32 key data of the topology's shadowing key (`federation.shadow_key`).
+      ids: `[S]` int32 network node (client index) of each slot: the pair of slots (i, j)
+        has the shadowing of nodes (ids[i], ids[j]), the value the selection saw.
+      sigma: `[]` float32 standard deviation (dB): runs that differ only in it share a
+        program.
+    """
+
+    key: jax.Array
+    ids: jax.Array
+    sigma: jax.Array
+
+    def pairs(self, rows: Any, cols: Any) -> jax.Array:
+        """Shadowing (dB) of the slot pairs `(rows, cols)` (broadcast together)."""
+        rows, cols = jnp.broadcast_arrays(self.ids[rows], self.ids[cols])
+        return shadowing_db(self.key, rows, cols, self.sigma)
+
+
 class Links(flax.struct.PyTreeNode):
     """What a draw of every slot's incoming links needs (the links themselves are the
     context's neighbor lists).
@@ -99,6 +121,7 @@ class Links(flax.struct.PyTreeNode):
       cost: `wireless.cost.CostSetup`: count each round's bits, airtime, energy and clock,
         with ARQ retries and a deadline deciding what arrives; or None.
       motion: `Motion` (nodes move, lists re-selected) or None.
+      shadow: `Shadow` (log-normal shadowing of the path loss) or None.
       cache: inside a round with `stale`: `[S * K, ...]` the last model received over each
         listed link (row `s * K + k`), else None.
       source: inside a round with `stale`: `[S, K]` int32 index of each listed link's model
@@ -120,14 +143,18 @@ class Links(flax.struct.PyTreeNode):
     radio: Any = None
     cost: Any = None
     motion: Any = None
+    shadow: Any = None
     cache: Any = None
     source: Any = None
     reselected: Any = None
     listed: Any = None
 
     def channel(self) -> ChannelParams:
-        """The run's `ChannelParams`: `params` with the (traced) `fading` and `radio`."""
+        """The run's `ChannelParams`: `params` with the (traced) `fading`, `radio` and
+        shadowing deviation."""
         params = self.params if self.fading is None else self.params.replace(fading=self.fading)
+        if self.shadow is not None:
+            params = params.replace(shadowing_db=self.shadow.sigma)
         return params if self.radio is None else params.replace(**self.radio)
 
 
@@ -166,6 +193,18 @@ def build_links(fed: Federation, config: ExperimentConfig) -> Links | None:
         model=config.link_model,
         stale=config.stale,
         motion=_motion(fed, config, lists.shape[1] - 1),
+        shadow=_shadow(fed, config),
+    )
+
+
+def _shadow(fed: Federation, config: ExperimentConfig) -> Shadow | None:
+    """The `Shadow` of a run's slots (None without shadowing)."""
+    if config.shadowing_db == 0:
+        return None
+    return Shadow(
+        key=jax.random.key_data(shadow_key(config)),
+        ids=jnp.asarray(fed.data_client, jnp.int32),
+        sigma=jnp.float32(config.shadowing_db),
     )
 
 
@@ -175,7 +214,7 @@ def _channel_split(config: ExperimentConfig) -> dict[str, Any]:
     are leaves (`RADIO`), `params` holds their defaults."""
     params = channel_params(config)
     radio = {k: jnp.float32(getattr(params, k)) for k in RADIO}
-    static, fading = params.replace(**_RADIO_DEFAULTS), None
+    static, fading = params.replace(**_RADIO_DEFAULTS, shadowing_db=0.0), None
     if params.fading.kind != "rayleigh":
         static, fading = (
             static.replace(fading=Fading.of(params.fading.kind)),

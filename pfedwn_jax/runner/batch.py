@@ -192,12 +192,16 @@ def _same(a: Any, b: Any) -> bool:
 def pad_links(links: Any, slots: int, k: int) -> Any:
     """`Links` padded to `[slots, k]` like the neighbor lists (`pad_lists`): padded links have
     P_err 0 (they are masked there); padded slots sit at the origin and do not transmit (nor
-    train: their compute time and power are 0 in the cost set-up)."""
-    cost = links.cost
+    train: their compute time and power are 0 in the cost set-up; their shadowing ids are 0,
+    unused)."""
+    cost, shadow = links.cost, links.shadow
     if cost is not None:
         slot = {f: _pad_axis(np.asarray(getattr(cost, f)), 0, slots, 0.0) for f in _COST_SLOTS}
         cost = cost.replace(**slot)
+    if shadow is not None:
+        shadow = shadow.replace(ids=_pad_axis(np.asarray(shadow.ids), 0, slots, 0))
     return links.replace(
+        shadow=shadow,
         perr=_pad_axis(_pad_axis(np.asarray(links.perr), 1, k, 0.0), 0, slots, 0.0),
         positions=_pad_axis(np.asarray(links.positions), 0, slots, 0.0),
         active=_pad_axis(np.asarray(links.active), 0, slots, False),

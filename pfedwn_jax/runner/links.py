@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pfedwn_jax.experiment.link_setup import Links
+from pfedwn_jax.experiment.link_setup import Links, Shadow
 from pfedwn_jax.wireless import (
     ChannelParams,
     GaussianWalk,
@@ -76,12 +76,15 @@ def sample_links(
     s, k = neighbors.shape
     rx = jnp.broadcast_to(jnp.arange(s)[:, None], (s, k)).reshape(-1)
     args = (key, links.positions, rx, neighbors.reshape(-1), links.active, links.gamma_th)
+    shadow = {}
+    if links.shadow is not None:
+        shadow = {"shadow_key": links.shadow.key, "node_ids": links.shadow.ids}
     sinr = None
     if needs_sinr(links):
-        got, sinr = physical_draw(*args, links.channel())
+        got, sinr = physical_draw(*args, links.channel(), **shadow)
         sinr = sinr.reshape(s, k)
     else:
-        got = physical_received(*args, links.channel())
+        got = physical_received(*args, links.channel(), **shadow)
     got = got.reshape(s, k) & neighbor_mask
     return got.at[:, 0].set(True), sinr
 
@@ -280,7 +283,7 @@ def _moved(ctx: Any, track: LinkTrack) -> tuple[Any, dict]:
     nbr, mask = track.neighbors, track.neighbor_mask
     full = None
     if m.reselect_every > 0 or m.track_perr:
-        full = slot_perr_matrix(pos, links.gamma_th, links.channel(), m.moments)
+        full = slot_perr_matrix(pos, links.gamma_th, links.channel(), m.moments, links.shadow)
     changed = jnp.zeros((), bool)
     if m.reselect_every > 0:
         assert full is not None
@@ -397,16 +400,24 @@ def mobility_summary(methods: dict[str, dict[str, Any]]) -> dict[str, list]:
 
 
 def slot_perr_matrix(
-    positions: jax.Array, gamma_th: jax.Array, params: ChannelParams, moments: str
+    positions: jax.Array,
+    gamma_th: jax.Array,
+    params: ChannelParams,
+    moments: str,
+    shadow: Shadow | None = None,
 ) -> jax.Array:
     """`[S, S]` P_err of link j -> i between slots at `positions [S, 2]`, every other slot
-    interfering (jittable; diagonal 0). O(S^3) quadrature terms."""
+    interfering, each pair shadowed by `shadow` if given (jittable; diagonal 0). O(S^3)
+    quadrature terms."""
     s = positions.shape[0]
     if s == 1:
         return jnp.zeros((1, 1), jnp.float32)
     others = np.array([[j for j in range(s) if j != i] for i in range(s)], np.int32)
-    p = error_probability(positions, positions[others], gamma_th, params, moments=moments)
     rows = np.repeat(np.arange(s), s - 1).reshape(s, s - 1)
+    shadow_db = None if shadow is None else shadow.pairs(rows, others)
+    p = error_probability(
+        positions, positions[others], gamma_th, params, moments=moments, shadow_db=shadow_db
+    )
     return jnp.zeros((s, s), jnp.float32).at[rows, others].set(p.astype(jnp.float32))
 
 

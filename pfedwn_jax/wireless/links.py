@@ -129,7 +129,7 @@ def _nearest(positions: Any, link: Any, active: Any, num: int, cutoff_m: Any) ->
 
 
 def _one_link(
-    keys: tuple[Any, Any],
+    keys: tuple[Any, Any, Any],
     positions: Any,
     active: Any,
     link: tuple[Any, Any, Any, Any],
@@ -141,8 +141,8 @@ def _one_link(
     """Success (bool scalar) of one link (rx, tx, gamma_th, candidates [C]) this round, or
     with `sinr` its SINR (linear; 0 when the link does not send), or with ``sinr="both"``
     the pair (success, SINR) of one draw; `keys` = (this round's fading key, the topology's
-    shadowing key or None)."""
-    key, shadow_key = keys
+    shadowing key or None, the node ids [N] the shadowing is keyed by)."""
+    key, shadow_key, ids = keys
     rx, tx, gamma_th, cand = link
     ok = _eligible(positions, rx, tx, cand, active, cutoff_m)
     nodes = jnp.concatenate([tx[None], jnp.maximum(cand, 0)])
@@ -151,8 +151,8 @@ def _one_link(
     u_max, f_star, sends = best_subchannel(u, params)  # [1 + C]
     log_c = _log_scale(positions, rx, nodes, params)
     if shadow_key is not None:
-        rxs = jnp.broadcast_to(rx, nodes.shape)
-        log_c = log_c + db_to_log(shadowing_db(shadow_key, rxs, nodes, params.shadowing_db))
+        rxs = jnp.broadcast_to(ids[rx], nodes.shape)
+        log_c = log_c + db_to_log(shadowing_db(shadow_key, rxs, ids[nodes], params.shadowing_db))
     hit = ok & sends[1:] & (f_star[1:] == f_star[0])
     interf = jnp.sum(jnp.where(hit, jnp.exp(log_c[1:] - log_c[0]) * u_max[1:], 0.0))
     up = active[tx] & (rx != tx)
@@ -184,7 +184,7 @@ _nearest_jit = jax.jit(_nearest_impl, static_argnames="num_interferers")
 
 
 def _physical_impl(
-    keys: tuple[Any, Any],
+    keys: tuple[Any, Any, Any],
     positions: Any,
     links: tuple[Any, Any, Any, Any],
     active: Any,
@@ -268,6 +268,7 @@ def physical_received(
     cutoff_m: float | None = None,
     interferers: Any = None,
     shadow_key: Any = None,
+    node_ids: Any = None,
     sinr: bool | str = False,
 ) -> Any:
     """Which links deliver in one block-fading round: bool [L] (`sinr=True`: float [L], each
@@ -293,6 +294,9 @@ def physical_received(
       shadow_key: the topology's shadowing key (None: no shadowing): every pair's received
         power is scaled by 10^{X/10}, X = `fading.shadowing_db(shadow_key, i, r,
         params.shadowing_db)`, the same in every round (keep the key fixed per topology).
+      node_ids: optional [N] int ids the shadowing is keyed by (default 0..N-1): node r of
+        `positions` is node `node_ids[r]` of the topology whose pairs `shadow_key` draws
+        (the slots of a run, a subset of its network, keep their network pairs' values).
 
     At receiver i every node r draws F fades (`params.fading`) towards i (keyed by (i, r): shared by
     all links at i), picks its best sub-channel and sends iff that amplitude is >= beta;
@@ -333,8 +337,18 @@ def physical_received(
         return none if sinr == "both" else none[1 if sinr else 0]
     gamma = jnp.broadcast_to(jnp.asarray(gamma_th, xy.dtype), rx.shape)
     links = (rx, tx, gamma, cand)
-    keys = (key, shadow_key)
+    keys = (key, shadow_key, _shadow_ids(node_ids, n))
     return _physical_jit(keys, xy, links, active, params, cutoff_m, num_sub=num_sub, sinr=sinr)
+
+
+def _shadow_ids(node_ids: Any, n: int) -> jax.Array:
+    """`node_ids` checked as `[N]` int32 (None: `0..N-1`)."""
+    if node_ids is None:
+        return jnp.arange(n, dtype=jnp.int32)
+    check_shape("node_ids", node_ids, (n,), "[N] like positions")
+    if is_concrete(node_ids) and np.asarray(node_ids).dtype.kind not in "iu":
+        raise ValueError(f"node_ids must hold integer ids; got dtype {np.asarray(node_ids).dtype}")
+    return jnp.asarray(node_ids, jnp.int32)
 
 
 def physical_sinr(

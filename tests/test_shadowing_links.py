@@ -1,0 +1,128 @@
+"""Shadowing beyond the selection: the per-round physical draws and a moving network's P_err
+see the same per-pair shadowing (dB) as the P_err the neighbors were selected by.
+
+References: the packet-level Monte Carlo (`wireless.simulate_links`, physical interference,
+written separately from the runner's draw) fed the host's shadowing matrix; the host's
+`slot_perr` (NumPy shadowing matrix, `network_perr`). Both fail if the runner keys a slot's
+shadowing by its slot index instead of its network node.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+from helpers import VARIED_RUN
+
+from pfedwn_jax import ExperimentConfig
+from pfedwn_jax.algorithms import neighbor_lists
+from pfedwn_jax.experiment.federation import shadow_matrix, single_target_federation
+from pfedwn_jax.experiment.link_setup import build_links, mobile_federation, slot_perr
+from pfedwn_jax.runner.links import sample_received, slot_perr_matrix
+from pfedwn_jax.wireless import simulate_links
+
+DRAWS = 3000
+
+
+def _config(**kw):
+    base = {**VARIED_RUN, "num_neighbors": 8, "eps": 0.5, "gamma_th": 5.0}
+    return ExperimentConfig(**{**base, "algorithms": ("local",), **kw})
+
+
+def _rates(links, fed, keys):
+    """Per-round draws of the runner: `[S]` success rate of each slot -> slot 0 link."""
+    nbr, mask = neighbor_lists(np.asarray(fed.adjacency, bool))
+    got = jax.vmap(lambda k: sample_received(k, links, nbr, mask))(keys)
+    rate = np.zeros(fed.num_slots)
+    rate[nbr[0][mask[0]]] = np.asarray(got[:, 0, :], float).mean(0)[mask[0]]
+    return rate
+
+
+def test_physical_draws_see_the_selections_shadowing():
+    config = _config(link_model="physical", shadowing_db=8.0, topology_seed=3)
+    fed = single_target_federation(config)
+    links = build_links(fed, config)
+    assert links is not None and links.shadow is not None
+    dc = fed.data_client
+    full = shadow_matrix(config, len(fed.positions))
+    np.testing.assert_allclose(
+        np.asarray(links.shadow.pairs(np.arange(len(dc))[:, None], np.arange(len(dc)))),
+        full[np.ix_(dc, dc)],
+        atol=1e-4,
+    )
+    assert fed.num_slots >= 3  # a target and at least two neighbors interfering
+    keys = jax.random.split(jax.random.key(0), DRAWS)
+    rate = _rates(links, fed, keys)[1:]
+    xy = fed.positions[dc]
+    params = links.channel()
+
+    def reference(shadow):
+        ok = simulate_links(
+            jax.random.key(1), xy[0], xy[1:], config.gamma_th, DRAWS, params, shadow_db=shadow
+        )
+        return np.asarray(ok, float).mean(0)
+
+    want = reference(full[dc[0], dc[1:]])
+    sd = np.sqrt(2 * np.maximum(want * (1 - want), 1 / DRAWS) / DRAWS)
+    np.testing.assert_array_less(np.abs(rate - want), 5 * sd)
+    # the check can fail: without the shadowing the rates are elsewhere
+    unshadowed = reference(np.zeros(len(dc) - 1))
+    assert np.any(np.abs(rate - unshadowed) > 5 * sd)
+
+
+def test_moving_network_perr_keeps_each_pairs_shadowing():
+    """Before the nodes move, the round's P_err of every slot pair (`slot_perr_matrix`, the
+    slots' own shadowing) is the host's P_err of the same network (all clients are slots)."""
+    config = _config(link_model="bernoulli", shadowing_db=6.0, mobility="waypoint", speed=2.0)
+    fed = mobile_federation(single_target_federation(config), config)
+    links = build_links(fed, config)
+    assert links is not None and links.shadow is not None
+    got = slot_perr_matrix(
+        links.positions, links.gamma_th, links.channel(), config.moments, links.shadow
+    )
+    want = slot_perr(fed, config)
+    np.testing.assert_allclose(np.asarray(got, float), want, atol=2e-5, rtol=1e-3)
+    plain = slot_perr_matrix(links.positions, links.gamma_th, links.channel(), config.moments)
+    assert np.max(np.abs(np.asarray(plain, float) - want)) > 0.01
+
+
+def test_shadowing_deviations_share_one_program():
+    """A sweep over the deviation with physical links is one program, each run equal to its
+    own `run()`."""
+    import pfedwn_jax
+    from pfedwn_jax import sweep
+    from pfedwn_jax.experiment.grid import expand, run_config
+
+    config = _config(link_model="physical", rounds=2, num_neighbors=5)
+    grid = {"shadowing_db": [4.0, 10.0]}
+    result = sweep(config, seeds="0", grid=grid, records=("link_received",), progress=False)
+    assert result.meta["programs"] == 1 and result.num_runs == 2
+    for spec in expand(config, "0", grid):
+        own = pfedwn_jax.run(run_config(config, spec), progress=False)
+        np.testing.assert_array_equal(
+            result.record("link_received", spec.index, "local"),
+            own.records("local", "link_received"),
+        )
+
+
+@pytest.mark.slow
+def test_moving_shadowed_network_sweeps_like_its_runs():
+    """Mobility with shadowing and re-selection every round: each run of a sweep over the
+    deviation equals its own `run()` (lists and P_err recomputed inside the round)."""
+    import pfedwn_jax
+    from pfedwn_jax import sweep
+    from pfedwn_jax.experiment.grid import expand, run_config
+
+    config = _config(
+        link_model="bernoulli", rounds=2, num_neighbors=5, mobility="waypoint", speed=3.0,
+        reselect_every=1,
+    )  # fmt: skip
+    grid = {"shadowing_db": [3.0, 9.0]}
+    result = sweep(config, seeds="0", grid=grid, records=("neighbor_mask",), progress=False)
+    assert result.meta["programs"] == 1
+    for spec in expand(config, "0", grid):
+        own = pfedwn_jax.run(run_config(config, spec), progress=False)
+        np.testing.assert_array_equal(
+            result.record("neighbor_mask", spec.index, "local"),
+            own.records("local", "neighbor_mask"),
+        )
