@@ -240,7 +240,6 @@ def test_sinr_draw_is_the_success_draw():
         ({"fading": "nakagami", "fading_param": 0.3}, "fading_param"),
         ({"fading": "rician", "fading_param": 40.0}, "fading_param"),
         ({"shadowing_db": -2.0}, "shadowing_db"),
-        ({"shadowing_db": 4.0, "mode": "network", "candidates": 8}, "shadowing_db"),
         ({"channel": {"shadowing_db": 4.0}}, "channel.shadowing_db"),
     ],
 )

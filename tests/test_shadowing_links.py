@@ -126,3 +126,60 @@ def test_moving_shadowed_network_sweeps_like_its_runs():
             result.record("neighbor_mask", spec.index, "local"),
             own.records("local", "neighbor_mask"),
         )
+
+
+# ------------------------------------------------------------------ candidate lists
+def _placed(n, seed, side=150.0):
+    return np.random.default_rng(seed).uniform(0, side, (n, 2))
+
+
+def test_sparse_perr_with_every_interferer_equals_the_dense_shadowed_perr():
+    from pfedwn_jax.experiment.federation import network_perr
+    from pfedwn_jax.wireless import ChannelParams, shadowing_db, sparse_error_probability
+    from pfedwn_jax.wireless.neighbors import candidate_neighbors
+
+    xy = _placed(40, 2)
+    params = ChannelParams(shadowing_db=7.0)
+    key = jax.random.key(5)
+    i, j = np.meshgrid(np.arange(40), np.arange(40), indexing="ij")
+    shadow = np.asarray(shadowing_db(key, i, j, 7.0), np.float64)
+    dense = network_perr(xy, 5.0, params, "paper", shadow=shadow)
+    idx, mask = candidate_neighbors(xy, k=6)
+    got = np.asarray(sparse_error_probability(xy, idx, mask, 5.0, params, shadow_key=key))
+    want = np.take_along_axis(dense, np.asarray(idx), 1)
+    np.testing.assert_allclose(got[mask], want[mask], atol=2e-5, rtol=1e-4)
+    plain = np.asarray(sparse_error_probability(xy, idx, mask, 5.0, params))
+    assert np.max(np.abs(plain - want)[mask]) > 0.01
+
+
+def test_shadowed_tail_factors_are_the_moments_of_a_shadowed_interferer():
+    """E[e^Y u] = g1 E[u] and Var[e^Y u] = g2 Var[u], Y ~ N(0, (sigma ln10/10)^2) independent
+    of u (a gamma law with mean m1, variance var1), by Monte Carlo."""
+    from pfedwn_jax.wireless.sparse_perr import _shadowed_tail
+
+    rng = np.random.default_rng(0)
+    n, m1, var1 = 2_000_000, 1.7, 0.9
+    for sigma in (0.0, 3.0, 6.0):
+        u = rng.gamma(m1 * m1 / var1, var1 / m1, n)
+        x = np.exp(rng.normal(0.0, sigma * np.log(10) / 10, n)) * u
+        g1, g2 = (float(g) for g in _shadowed_tail(m1, var1, sigma))
+        assert abs(x.mean() / m1 - g1) < 5 * x.std() / np.sqrt(n) / m1
+        assert abs(x.var() / var1 / g2 - 1.0) < 0.05, (sigma, x.var() / var1, g2)
+
+
+def test_mean_field_tail_with_shadowing_reduces_truncation_error():
+    from pfedwn_jax.wireless import ChannelParams, sparse_error_probability
+    from pfedwn_jax.wireless.neighbors import candidate_neighbors
+
+    xy = _placed(300, 5, side=260.0)
+    params = ChannelParams(shadowing_db=6.0)
+    key = jax.random.key(1)
+    idx, mask = candidate_neighbors(xy, k=10)
+    run = lambda **kw: np.asarray(
+        sparse_error_probability(xy, idx, mask, 5.0, params, shadow_key=key, **kw)
+    )
+    full = run()
+    mode = {"interference": "radius", "cutoff": 60.0}
+    e_cut = np.abs(run(**mode) - full)[mask]
+    e_mean = np.abs(run(tail="mean", **mode) - full)[mask]
+    assert e_mean.mean() < 0.3 * e_cut.mean(), (e_mean.mean(), e_cut.mean())

@@ -83,8 +83,9 @@ def test_reselect_sparse_keeps_the_lowest_perr_ties_by_index():
 
 
 @pytest.mark.slow
-def test_every_node_a_candidate_moves_as_the_dense_network():
-    cfg = dict(MOBILE, num_neighbors=49)
+@pytest.mark.parametrize("shadowing_db", [0.0, 6.0])
+def test_every_node_a_candidate_moves_as_the_dense_network(shadowing_db):
+    cfg = dict(MOBILE, num_neighbors=49, shadowing_db=shadowing_db)
     dense = _rounds(ExperimentConfig(**cfg), 5)
     sparse = _rounds(ExperimentConfig(**cfg, candidates=49), 5)
     assert any(r["reselected"] for r in dense[1:])  # the lists do change

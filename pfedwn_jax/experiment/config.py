@@ -124,7 +124,8 @@ class ExperimentConfig:
       shadowing_db: standard deviation (dB) of log-normal shadowing of the path loss, drawn
         per link from the topology seed (0: none): the same value in the selection's P_err,
         the per-round physical draws and a moving network's P_err (a pair keeps its value as
-        the nodes move). Single mode and dense network mode (not with `candidates`).
+        the nodes move). With `candidates` the lists are the nearest nodes (by distance,
+        not by shadowed power) and a mean-field interference tail averages the shadowing.
 
     Large networks (network mode; see docs/wireless.md "Large networks"):
       min_samples: samples every client gets at least (default 20, the partitions' own);
@@ -531,11 +532,6 @@ def _check_links(cfg: ExperimentConfig) -> dict[str, Any]:
                 f"link_failure applies to link_model='bernoulli' only; got link_model={model!r}"
             )
     stale = check_bool("stale", cfg.stale)
-    if cfg.shadowing_db != 0 and cfg.candidates is not None:
-        raise ValueError(
-            "shadowing_db applies to single mode and dense network mode (every node a "
-            f"candidate); got candidates={cfg.candidates!r}"
-        )
     if stale and model == "ideal":
         raise ValueError("stale applies to a lossy link_model ('bernoulli' or 'physical')")
     return {

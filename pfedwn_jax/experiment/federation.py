@@ -285,6 +285,7 @@ def sparse_network_federation(config: ExperimentConfig) -> Federation:
             interference="all" if cut is None else "radius",
             cutoff=cut,
             tail="none" if cut is None else config.interference_tail,
+            shadow_key=None if config.shadowing_db == 0 else shadow_key(config),
         ),
         np.float64,
     )

@@ -345,6 +345,7 @@ def _sparse_perr(
         interferers=far,
         cutoff=sp.cutoff,
         tail=sp.tail,
+        shadow=None if links.shadow is None else (links.shadow.key, links.shadow.ids),
     )
     c = cand.shape[1]
     lperr = jnp.concatenate([jnp.zeros_like(p[:, :1]), p[:, c:]], axis=1)

@@ -33,6 +33,7 @@ from pfedwn_jax.wireless.channel import (
     log_received_scale,
     lognormal_from_moments,
 )
+from pfedwn_jax.wireless.fading import db_to_log, shadowing_db
 from pfedwn_jax.wireless.neighbors import candidate_neighbors, check_positions
 from pfedwn_jax.wireless.params import ChannelParams
 from pfedwn_jax.wireless.perr import (
@@ -80,14 +81,15 @@ def interferer_sets(
 
 
 def _interference(
-    log_c: Any, log_ci: Any, use: Any, tail: Any, m1: Any, var1: Any
+    log_c: Any, log_ci: Any, use: Any, tail: Any, m1: Any, var1: Any, sigma_db: Any = 0.0
 ) -> tuple[Any, Any, Any]:
     """(mu, sigma^2, has) [C, K] of I / c_s from ln c of links [C, K] and interferers [C, I].
 
     Powers are taken relative to each receiver's strongest interferer (no overflow for far
     links); `use` [C, K, I] selects the interferers of each link (masked sums, no
     total-minus-own cancellation); `tail` is None or (ln sum c, ln sum c^2) [C] of the
-    mean-field far nodes (`far_field_sums`), added to every link of the receiver.
+    mean-field far nodes (`far_field_sums`), added to every link of the receiver, their
+    unknown shadowing of deviation `sigma_db` averaged (`_shadowed_tail`).
     """
     top = jnp.max(jnp.where(use, log_ci[:, None, :], -jnp.inf), axis=(1, 2))  # [C]
     top = jnp.where(jnp.isfinite(top), top, 0.0)
@@ -95,10 +97,29 @@ def _interference(
     s1 = jnp.sum(jnp.where(use, a[:, None, :], 0.0), axis=-1)
     s2 = jnp.sum(jnp.where(use, (a * a)[:, None, :], 0.0), axis=-1)
     if tail is not None:
-        s1 = s1 + jnp.exp(tail[0] - top)[:, None]
-        s2 = s2 + jnp.exp(tail[1] - 2.0 * top)[:, None]
+        g1, g2 = _shadowed_tail(m1, var1, sigma_db)
+        s1 = s1 + (g1 * jnp.exp(tail[0] - top))[:, None]
+        s2 = s2 + (g2 * jnp.exp(tail[1] - 2.0 * top))[:, None]
     mu, s2_log, has = lognormal_from_moments(m1 * s1, var1 * s2)
     return mu + (top[:, None] - log_c), s2_log, has
+
+
+def _shadowed_tail(m1: Any, var1: Any, sigma_db: Any) -> tuple[Any, Any]:
+    """Factors `(g1, g2)` of the mean-field sums (sum c, sum c^2) for far nodes whose
+    shadowing Y ~ N(0, s^2) (s = sigma_db ln 10 / 10) is not known: E[c e^Y u] = c e^{s^2/2}
+    m1 and Var[c e^Y u] = c^2 (e^{2 s^2} (var1 + m1^2) - e^{s^2} m1^2), so the tail enters
+    as `m1 g1 sum c` and `var1 g2 sum c^2`; both 1 at sigma_db = 0."""
+    s2 = jnp.square(db_to_log(jnp.asarray(sigma_db, jnp.result_type(m1, float))))
+    g2 = jnp.exp(2.0 * s2) + (jnp.exp(2.0 * s2) - jnp.exp(s2)) * m1 * m1 / var1
+    return jnp.exp(0.5 * s2), g2
+
+
+def _shadow_log(shadow: tuple[Any, Any], rows: Any, nodes: Any, sigma_db: Any) -> Any:
+    """ln of the shadowing gain [C, J] of receivers `rows` [C] with nodes `nodes` [C, J]
+    (`shadow` = (key, ids [N]): node r is node ids[r] of the key's topology)."""
+    key, ids = shadow
+    rx = jnp.broadcast_to(ids[rows][:, None], nodes.shape)
+    return db_to_log(shadowing_db(key, rx, ids[nodes], sigma_db))
 
 
 def _chunk_perr(
@@ -113,7 +134,7 @@ def _chunk_perr(
     num_nodes: int,
 ) -> Any:
     """P_err [C, K] for receivers `rows` [C] (chunk of the map in `_sparse_impl`)."""
-    params, m1, var1 = consts
+    params, m1, var1, shadow = consts
     rx = xy[rows]
     _, log_c, _ = link_geometry(rx, xy[idx], mask, params)
     if intf is None:  # every node but the receiver
@@ -122,8 +143,11 @@ def _chunk_perr(
     else:
         iid, imask = intf
     _, log_ci, _ = link_geometry(rx, xy[iid], imask, params)
+    if shadow is not None:
+        log_c = log_c + _shadow_log(shadow, rows, idx, params.shadowing_db)
+        log_ci = log_ci + _shadow_log(shadow, rows, iid, params.shadowing_db)
     use = imask[:, None, :] & (iid[:, None, :] != idx[:, :, None])  # [C, K, I]
-    lognormal = _interference(log_c, log_ci, use, tail, m1, var1)
+    lognormal = _interference(log_c, log_ci, use, tail, m1, var1, params.shadowing_db)
     return perr_from_lognormal(log_c, lognormal, gamma[:, None], mask, params, num_nodes)
 
 
@@ -285,6 +309,7 @@ def sparse_error_probability(
     num_interferers: int | None = None,
     tail: str = "none",
     num_nodes: int | None = None,
+    shadow_key: Any = None,
 ) -> jax.Array:
     """P_err [N, K] of the candidate links j = idx[i, k] -> i; masked slots get 1.0.
 
@@ -301,6 +326,9 @@ def sparse_error_probability(
         drops them.
       num_nodes: Gauss-Legendre nodes per link; default as in `error_probability`, decided
         by the longest candidate link.
+      shadow_key: the topology's shadowing key (None: none): pair (i, r) has the shadowing
+        `fading.shadowing_db(shadow_key, i, r, params.shadowing_db)`, known for the links
+        and the listed interferers; the mean-field tail averages it (`_shadowed_tail`).
     """
     params = ChannelParams() if params is None else params
     if not isinstance(params, ChannelParams):
@@ -328,6 +356,7 @@ def sparse_error_probability(
     )
     dtype = float_dtype()
     m1, var1 = moment_coefficients(params, moments=moments)
+    shadow = None if shadow_key is None else (shadow_key, jnp.arange(n, dtype=jnp.int32))
     return _sparse_jit(
         jnp.asarray(xy, dtype),
         jnp.asarray(idx_a),
@@ -335,7 +364,7 @@ def sparse_error_probability(
         None if intf is None else (jnp.asarray(intf[0]), jnp.asarray(intf[1])),
         jnp.asarray(gamma, dtype),
         tail_sums,
-        (params, m1, var1),
+        (params, m1, var1, shadow),
         num_nodes=num_nodes,
         chunk=chunk,
     )
@@ -353,12 +382,15 @@ def traced_error_probability(
     interferers: tuple[Any, Any] | None = None,
     cutoff: float | None = None,
     tail: bool = False,
+    shadow: tuple[Any, Any] | None = None,
 ) -> jax.Array:
     """`sparse_error_probability` inside a compiled program (traced positions): P_err
     `[N, K]` of the links `idx [N, K] -> i` (masked: 1.0), interfered by `interferers`
     (`(idx, mask) [N, I]`, e.g. `grid.within(xy, cutoff, ...)`; None: every other node)
-    plus, with `tail`, the mean-field nodes beyond `cutoff` over the positions' bounding box.
-    No checks (the caller's shapes are static), `num_nodes` given."""
+    plus, with `tail`, the mean-field nodes beyond `cutoff` over the positions' bounding box;
+    `shadow` = (key, ids [N]): node r's pairs shadowed as node ids[r]'s of the key's
+    topology (deviation `params.shadowing_db`), or None. No checks (the caller's shapes are
+    static), `num_nodes` given."""
     n, k = idx.shape
     width = n if interferers is None else interferers[0].shape[1]
     chunk = max(1, min(n, CHUNK_ELEMENTS // (k * width)))
@@ -371,5 +403,5 @@ def traced_error_probability(
         rho = jnp.full((n,), jnp.inf if cutoff is None else cutoff, xy.dtype)
         sums = _far_field_impl(xy, rho, box, (n - 1) / (side * side), params)
     gamma = jnp.broadcast_to(jnp.asarray(gamma_th, xy.dtype), (n,))
-    consts = (params, m1, var1)
+    consts = (params, m1, var1, shadow)
     return _sparse_impl(xy, idx, mask, interferers, gamma, sums, consts, num_nodes, chunk)
