@@ -81,7 +81,8 @@ def _axpy(a: float | jax.Array, x: Any, y: Any) -> Any:
 
 
 def batch_parts(w: jax.Array, hp: PerFedAvgHParams) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Sample weights of the parts ``(D, D', D'')`` of one minibatch ``w [B]``."""
+    """Sample weights of the parts ``(D, D', D'')`` of one minibatch ``w [B]`` (over the
+    whole minibatch; `batch_slices` cuts the same parts out)."""
     if not hp.split_batch:
         return w, w, w
     k = 3 if hp.variant in HESSIAN_VARIANTS else 2
@@ -91,21 +92,35 @@ def batch_parts(w: jax.Array, hp: PerFedAvgHParams) -> tuple[jax.Array, jax.Arra
     return d, d1, d2
 
 
+def batch_slices(
+    x: jax.Array, y: jax.Array, w: jax.Array, hp: PerFedAvgHParams
+) -> tuple[tuple[jax.Array, jax.Array, jax.Array], ...]:
+    """The parts ``(D, D', D'')`` of one minibatch as ``(x, y, w)`` slices: the samples that
+    `batch_parts` weights, without the zero-weighted rest (each gradient then costs its
+    part's samples, not the whole minibatch's)."""
+    if not hp.split_batch:
+        return ((x, y, w),) * 3
+    k = 3 if hp.variant in HESSIAN_VARIANTS else 2
+    parts = [(x[i::k], y[i::k], w[i::k]) for i in range(k)]
+    return parts[0], parts[1], parts[2] if k == 3 else parts[0]
+
+
 def meta_grad_fn(base_loss: Any, hp: PerFedAvgHParams):
     """The engine ``grad_fn(params, x, y, w, aux_s, key) -> (loss, meta-gradient)``.
 
     ``base_loss(params, x, y, w, aux_s)`` is the masked mean cross-entropy; the returned loss
-    is the outer loss ``f(w'; D')``.
+    is the outer loss ``f(w'; D')``. Each gradient runs on its part of the minibatch only
+    (`batch_slices`).
     """
 
     def grad_fn(params, x, y, w, aux_s, key):
         del key
-        d, d1, d2 = batch_parts(w, hp)
-        g_in = jax.grad(base_loss)(params, x, y, d, aux_s)
+        d, d1, d2 = batch_slices(x, y, w, hp)
+        g_in = jax.grad(base_loss)(params, *d, aux_s)
         adapted = _axpy(-hp.alpha, g_in, params)
-        loss, g_out = jax.value_and_grad(base_loss)(adapted, x, y, d1, aux_s)
+        loss, g_out = jax.value_and_grad(base_loss)(adapted, *d1, aux_s)
         if hp.variant in HESSIAN_VARIANTS:
-            grad_d2 = lambda p: jax.grad(base_loss)(p, x, y, d2, aux_s)
+            grad_d2 = lambda p: jax.grad(base_loss)(p, *d2, aux_s)
             hvp = hessian_vector_product(grad_d2, params, g_out, hp)
             g_out = _axpy(-hp.alpha, hvp, g_out)
         return loss, g_out
@@ -177,8 +192,11 @@ def memory_phases(sz: Sizes, hp: Any) -> list[Phase]:
     """Per-FedAvg: 2 (FO) or 3 (HF) passes per step; with `alpha > 0` its evaluation adapts
     every slot at once (`vmap` over S of a full-batch gradient in chunks of max(B, 256)
     samples): adapted models and their gradients. Gradients per step: first-order 2,
-    Hessian-free 3."""
+    Hessian-free 3, each on the whole minibatch, or with `split_batch` on its part of it
+    (`batch_slices`: together one minibatch)."""
     grads = {"fo": 2, "hf": 3}.get(getattr(hp, "variant", "fo"), 2)
+    if getattr(hp, "split_batch", True):
+        grads = 1
     train = training(sz, sz.slots, sz.steps, "local training (meta-gradient)", grads)
     plain = evaluation(sz, sz.slots, sz.m_test, "evaluation")
     if getattr(hp, "alpha", 1.0) == 0:  # evaluated with the held models
