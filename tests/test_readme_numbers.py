@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: The blocks each document holds.
 WHERE = {
     "README.md": ("table2", "crossover"),
-    "docs/REPRODUCTION.md": ("table2", "crossover", "decentralized", "comm"),
+    "docs/REPRODUCTION.md": ("table2", "crossover", "decentralized", "comm", "fading"),
     "docs/robustness.md": ("lossy", "robustness"),
     "docs/algorithms.md": ("small",),
 }

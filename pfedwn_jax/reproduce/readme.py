@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from pfedwn_jax.reproduce.fading import FADINGS
+from pfedwn_jax.reproduce.fading import METHODS as FADING_METHODS
 from pfedwn_jax.reproduce.paper_numbers import PAPER_MAX
 from pfedwn_jax.reproduce.tables import markdown_table
 
@@ -219,7 +221,42 @@ def _arrival_lines(arrivals: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+def fading_block(root: Path) -> str:
+    """The fading study: per case and fading model the target's selected neighbors, the
+    share of its listed links that delivered (the same draws for every method), each
+    method's accuracy, and the paired differences against Rayleigh and between pFedWN and
+    each baseline."""
+    doc = json.loads((root / RESULTS / "fading" / "summary.json").read_text())
+    methods = list(FADING_METHODS)
+    cells = {(r["case"], r["fading"], r["method"]): r for r in doc["means"]}
+    pairs = sorted({(r["case"], r["fading"]) for r in doc["means"]},
+                   key=lambda cf: (cf[0], list(FADINGS).index(cf[1])))  # fmt: skip
+    lines = ["| case | fading | selected | delivered | " + " | ".join(methods) + " |",
+             "|---|---|---:|---:|" + "---:|" * len(methods)]  # fmt: skip
+    for case, fading in pairs:
+        row = [cells[(case, fading, m)] for m in methods]
+        shown = [f"{100 * r['accuracy']:.1f}" for r in row]
+        lines.append(f"| {case} | {fading} | {row[0]['selected']} | {row[0]['delivered']:.2f} | "
+                     + " | ".join(shown) + " |")  # fmt: skip
+    tests = {(t["kind"], t["case"], t["fading"], t["method"]): t for t in doc["tests"]}
+    keys = [("vs Rayleigh", m) for m in methods] + [("pfedwn vs", m) for m in methods[1:]]
+    heads = [f"{m} - Rayleigh" for m in methods] + [f"pfedwn - {m}" for m in methods[1:]]
+    lines += [
+        "",
+        "| case | fading | " + " | ".join(heads) + " |",
+        "|---|---|" + "---|" * len(heads),
+    ]
+    for case, fading in pairs:
+        shown = [_diff(tests[(k, case, fading, m)]) if (k, case, fading, m) in tests else "–"
+                 for k, m in keys]  # fmt: skip
+        lines.append(f"| {case} | {fading} | " + " | ".join(shown) + " |")
+    lines += ["", f"{doc['comparisons']} comparisons, Holm-adjusted together; the sweep took "
+              f"{doc['sweep_wall_s'] / 60:.0f} min on this CPU (`{doc['command']}`)."]  # fmt: skip
+    return "\n".join(lines)
+
+
 BLOCKS = {
+    "fading": fading_block,
     "decentralized": decentralized_block,
     "comm": comm_block,
     "robustness": robustness_block,
