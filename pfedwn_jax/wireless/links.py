@@ -319,19 +319,7 @@ def physical_received(
     check_finite("gamma_th", gamma_th)
     check_range("gamma_th", gamma_th, 0.0, None, low_inclusive=False)
     n, num_links = xy.shape[0], rx.shape[0]
-    if interferers is not None:
-        check_shape("interferers", interferers, (num_links, None), "[L, C]")
-        cand = _link_indices("interferers", interferers, n, low=-1)
-    elif num_interferers is not None:
-        cand = nearest_interferers(xy, rx, tx, active, num_interferers, cutoff_m=cutoff_m)
-    else:
-        check_device_bytes(
-            4 * num_links * n,  # [L, N] int32 candidate lists (the map over links is batched)
-            f"physical_received of {num_links} link(s) with every one of {n} nodes interfering",
-            "pass num_interferers (the K nearest interferers) or interferers lists, or give "
-            "fewer links per call",
-        )
-        cand = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (num_links, n))
+    cand = _candidate_lists(xy, rx, tx, active, cutoff_m, num_interferers, interferers)
     if num_links == 0:
         none = jnp.zeros((0,), bool), jnp.zeros((0,), xy.dtype)
         return none if sinr == "both" else none[1 if sinr else 0]
@@ -339,6 +327,32 @@ def physical_received(
     links = (rx, tx, gamma, cand)
     keys = (key, shadow_key, _shadow_ids(node_ids, n))
     return _physical_jit(keys, xy, links, active, params, cutoff_m, num_sub=num_sub, sinr=sinr)
+
+
+def _candidate_lists(
+    xy: Any,
+    rx: Any,
+    tx: Any,
+    active: Any,
+    cutoff_m: Any,
+    num_interferers: int | None,
+    interferers: Any,
+) -> jax.Array:
+    """`[L, C]` int32 interferer candidates of each link: the given `interferers` lists
+    (checked), the `num_interferers` nearest, or every node (its memory checked)."""
+    n, num_links = xy.shape[0], rx.shape[0]
+    if interferers is not None:
+        check_shape("interferers", interferers, (num_links, None), "[L, C]")
+        return _link_indices("interferers", interferers, n, low=-1)
+    if num_interferers is not None:
+        return nearest_interferers(xy, rx, tx, active, num_interferers, cutoff_m=cutoff_m)
+    check_device_bytes(
+        4 * num_links * n,  # [L, N] int32 candidate lists (the map over links is batched)
+        f"physical_received of {num_links} link(s) with every one of {n} nodes interfering",
+        "pass num_interferers (the K nearest interferers) or interferers lists, or give "
+        "fewer links per call",
+    )
+    return jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (num_links, n))
 
 
 def _shadow_ids(node_ids: Any, n: int) -> jax.Array:
