@@ -231,7 +231,29 @@ def train_group(step: Step, shared: Shared, group: Slots) -> SlotsOut:
 
     init = (group.params, group.opt_state, jnp.zeros(size, jnp.float32), jnp.zeros(size, jnp.int32))
     trips = jnp.max(jnp.sum(nonempty, axis=1))
+    if size == 1:
+        return _train_one(step, shared, group, step_order[0], trips)
     return jax.lax.fori_loop(0, trips, body, init)
+
+
+def _train_one(
+    step: Step, shared: Shared, group: Slots, step_order: jax.Array, trips: jax.Array
+) -> SlotsOut:
+    """`train_group` of a single slot: the loop carries the unbatched state, so the
+    optimizer updates each buffer in place (a `[1, ...]` carry made XLA:CPU copy the
+    largest weight every step)."""
+    one = jax.tree.map(lambda a: a[0], group)
+
+    def body(k: jax.Array, carry: tuple) -> tuple:
+        p, o, loss_sum, n = carry
+        t = step_order[k]
+        args = (p, o, one.data_client, one.idx[t], one.valid[t], one.sample_weight, one.aux)
+        p, o, loss, ok = _slot_step(step, shared, *args, one.slot_key, one.consts, t, masked=False)
+        return p, o, loss_sum + loss.astype(jnp.float32), n + ok.astype(jnp.int32)
+
+    init = (one.params, one.opt_state, jnp.zeros((), jnp.float32), jnp.zeros((), jnp.int32))
+    out = jax.lax.fori_loop(0, trips, body, init)
+    return jax.tree.map(lambda a: a[None], out)
 
 
 # ---------------------------------------------------------------------------------------------
