@@ -285,12 +285,13 @@ def test_slot_batches_schedules():
             assert np.all(picked < c)
 
 
-def test_cross_evaluate_and_evaluate_match_per_pair_reference(model, data):
+@pytest.mark.parametrize("block", [M, 4, 3, 1])  # one block; blocks that divide M; not
+def test_cross_evaluate_and_evaluate_match_per_pair_reference(model, data, block):
     opt = optax.sgd(LR)
     state = init_client_state(model, opt, jax.random.key(4), 3, same_init=False)
     ms = np.array([0, 2, 1, 2, 0])
     dc = np.array([1, 0, 4, 2, 3])
-    out = cross_evaluate(model, state.params, data, ms, dc, chunk_size=2)
+    out = cross_evaluate(model, state.params, data, ms, dc, chunk_size=2, block_size=block)
     apply = jax.jit(model.apply)
     for p, (m, n) in enumerate(zip(ms, dc, strict=True)):
         logits = np.asarray(
