@@ -221,13 +221,15 @@ def test_perfedavg_meta_gradients_match_autodiff_through_the_inner_step(split):
     chex.assert_trees_all_close(g_hf, maml, rtol=0, atol=1e-5)
 
 
-def test_perfedavg_full_batch_grad_matches_direct_gradient():
+@pytest.mark.parametrize("real", [19, 9, 0])  # the last chunk partial; padded chunks; none
+def test_perfedavg_full_batch_grad_matches_direct_gradient(real):
     model, w, _, _, _ = _batch()
     data = make_data([[0, 1, 2]], n=23)
     x, y = data.x[0], data.y[0]
-    mask = jnp.arange(23) < 19
-    got = full_batch_grad(model, w, x, y, mask, chunk=5)  # 5 chunks, the last partial
-    ref = jax.grad(lambda p: (per_sample_ce(model.apply(p, x), y) * mask).sum() / 19)(w)
+    mask = jnp.arange(23) < real
+    got = full_batch_grad(model, w, x, y, mask, chunk=5)
+    loss = lambda p: (per_sample_ce(model.apply(p, x), y) * mask).sum() / max(real, 1)
+    ref = jax.grad(loss)(w)
     chex.assert_trees_all_close(got, ref, rtol=0, atol=1e-6)
 
 

@@ -40,6 +40,7 @@ from pfedwn_jax.algorithms.base import RoundContext, checked, hparams, register
 from pfedwn_jax.algorithms.common import BaselineState, baseline_algorithm, train_then_average
 from pfedwn_jax.algorithms.phases import Phase, Sizes, evaluation, training
 from pfedwn_jax.engine import default_loss, per_sample_ce
+from pfedwn_jax.engine.strategy import resolve_strategy
 
 VARIANTS = ("fo", "hf", "exact")
 #: Variants with a Hessian-vector product term (and a third batch part D'').
@@ -146,27 +147,28 @@ def full_batch_grad(
 ) -> Any:
     """Gradient of one client's masked mean cross-entropy over all its samples.
 
-    ``params``: one model; ``x [N, ...]``, ``y [N]``, ``mask [N]``. Summed over chunks of
-    ``chunk`` samples with ``lax.scan`` so memory stays that of one minibatch.
+    ``params``: one model; ``x [N, ...]``, ``y [N]``, ``mask [N]`` (real samples first, as
+    `ClientData` holds them). Summed over chunks of ``chunk`` samples, only as many as hold
+    real samples (a padded chunk adds an exact zero), so memory stays that of one minibatch
+    and a small client does not pay for the largest one's padding.
     """
     n = y.shape[0]
     chunk = max(1, min(chunk, n))
-    num_chunks = -(-n // chunk)
 
     def chunk_loss(p, idx, valid):
         w = (mask[idx] & valid).astype(jnp.float32)
         return jnp.sum(w * per_sample_ce(model.apply(p, x[idx]), y[idx]))
 
-    def body(acc, c):
+    def body(c, acc):
         idx = c * chunk + jnp.arange(chunk)
         valid = idx < n
         g = jax.grad(chunk_loss)(params, jnp.minimum(idx, n - 1), valid)
-        return jax.tree.map(jnp.add, acc, g), None
+        return jax.tree.map(jnp.add, acc, g)
 
+    count = mask.sum(dtype=jnp.int32)
     zero = jax.tree.map(jnp.zeros_like, params)
-    total, _ = jax.lax.scan(body, zero, jnp.arange(num_chunks))
-    count = jnp.maximum(mask.sum(), 1).astype(jnp.float32)
-    return jax.tree.map(lambda g: g / count, total)
+    total = jax.lax.fori_loop(0, -(-count // chunk), body, zero)
+    return jax.tree.map(lambda g: g / jnp.maximum(count, 1).astype(jnp.float32), total)
 
 
 def _round(
@@ -181,17 +183,19 @@ def eval_params(state: BaselineState, ctx: RoundContext, hp: PerFedAvgHParams):
     train = ctx.train
     chunk = max(ctx.batch_size, EVAL_CHUNK)
 
-    def one(p, c):
+    def one(args):
+        p, c = args
         g = full_batch_grad(ctx.model, p, train.x[c], train.y[c], train.mask[c], chunk)
         return _axpy(-hp.alpha, g, p)
 
-    return jax.vmap(one)(params, ctx.data_client)
+    _, slots = resolve_strategy("auto", None, ctx.num_slots)  # one at a time on a CPU
+    return jax.lax.map(one, (params, ctx.data_client), batch_size=slots)
 
 
 def memory_phases(sz: Sizes, hp: Any) -> list[Phase]:
     """Per-FedAvg: 2 (FO) or 3 (HF) passes per step; with `alpha > 0` its evaluation adapts
-    every slot at once (`vmap` over S of a full-batch gradient in chunks of max(B, 256)
-    samples): adapted models and their gradients. Gradients per step: first-order 2,
+    the slots (a full-batch gradient in chunks of max(B, 256) samples; at most all S at once,
+    as on an accelerator): adapted models and their gradients. Gradients per step: first-order 2,
     Hessian-free 3, each on the whole minibatch, or with `split_batch` on its part of it
     (`batch_slices`: together one minibatch)."""
     grads = {"fo": 2, "hf": 3}.get(getattr(hp, "variant", "fo"), 2)
