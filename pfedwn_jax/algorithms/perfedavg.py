@@ -38,7 +38,7 @@ import jax.numpy as jnp
 from pfedwn_jax._checks import check_bool, check_choice, check_float
 from pfedwn_jax.algorithms.base import RoundContext, checked, hparams, register
 from pfedwn_jax.algorithms.common import BaselineState, baseline_algorithm, train_then_average
-from pfedwn_jax.algorithms.phases import Phase, Sizes, evaluation, training
+from pfedwn_jax.algorithms.phases import Phase, Sizes, chunk_of, evaluation, training
 from pfedwn_jax.engine import default_loss, per_sample_ce
 from pfedwn_jax.engine.strategy import resolve_strategy
 
@@ -206,10 +206,11 @@ def memory_phases(sz: Sizes, hp: Any) -> list[Phase]:
     if getattr(hp, "alpha", 1.0) == 0:  # evaluated with the held models
         return [train, plain]
     adapt = min(sz.m_train, max(sz.batch, EVAL_CHUNK))
+    at_once = chunk_of(None, sz.slots)  # the slots `lax.map` adapts together
     adaptation = Phase(
         "evaluation (one-step adaptation)",
-        2 * sz.slots * sz.param,
-        max(sz.slots * adapt * sz.train_sample, plain.activations),
+        (sz.slots + 2 * at_once) * sz.param,  # adapted models; a slot's model, gradient sum
+        max(at_once * adapt * sz.train_sample, plain.activations),
     )
     return [train, adaptation]
 

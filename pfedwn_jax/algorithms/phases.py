@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from pfedwn_jax.engine import resolve_strategy
-from pfedwn_jax.engine.evaluate import eval_chunk
+from pfedwn_jax.engine.evaluate import EVAL_BLOCK, eval_chunk
 from pfedwn_jax.engine.tree import BLOCK_ELEMENTS
 
 # bytes per minibatch entry of the schedule `slot_batches` draws: int32 index + bool mask
@@ -63,11 +63,11 @@ def training(sz: Sizes, models: int, steps: int, name: str, grads: int = 1) -> P
 
 def evaluation(sz: Sizes, pairs: int, samples: int, name: str, copies: int = 0) -> Phase:
     """`cross_evaluate` of `pairs` (model, client) pairs on `samples` padded samples: a chunk
-    of pairs (`eval_chunk`, and the remainder) gathered and through the forward pass,
-    `[pairs, samples]` losses and correctness."""
+    of pairs (`eval_chunk`, and the remainder) gathered, each through the forward pass one
+    block of samples at a time (`EVAL_BLOCK`), `[pairs, samples]` losses and correctness."""
     at_once = min(pairs, eval_chunk(samples, sz.param))
     at_once += pairs % at_once  # lax.map's remainder runs as one more batch
-    chunk = at_once * (samples * sz.eval_sample + sz.param)
+    chunk = at_once * (min(samples, EVAL_BLOCK) * sz.eval_sample + sz.param)
     return Phase(name, copies, chunk + pairs * samples * 8)
 
 
