@@ -267,3 +267,22 @@ def link_round_context(links: Any, num_samples: Any = None) -> Any:
         batch_size=1,
         links=links,
     )
+
+
+def sweep_equals_runs(
+    config: Any, grid: Mapping[str, list], record: str, method: str = "local", skip: int = 0
+) -> Any:
+    """Sweep `config` over `grid` (seed 0) in one program and check that each run's `record`
+    equals its own `run()` bit for bit (the first `skip` grid points not re-run). Returns the
+    sweep."""
+    import pfedwn_jax
+    from pfedwn_jax.experiment.grid import expand, run_config
+
+    result = pfedwn_jax.sweep(config, seeds="0", grid=grid, records=(record,), progress=False)
+    assert result.meta["programs"] == 1, result.meta["programs"]
+    for spec in expand(config, "0", grid)[skip:]:
+        own = pfedwn_jax.run(run_config(config, spec), progress=False)
+        np.testing.assert_array_equal(
+            result.record(record, spec.index, method), own.records(method, record)
+        )
+    return result

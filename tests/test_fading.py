@@ -261,47 +261,26 @@ def test_runs_differing_in_the_fading_parameter_share_one_program():
     """The fading parameter is a dynamic leaf of the link model: a sweep over Rician K with
     physical links per round is one program, and each run's link draws are those of its own
     `run()` (its own K)."""
-    from helpers import VARIED_RUN
-
-    import pfedwn_jax
-    from pfedwn_jax import sweep
-    from pfedwn_jax.experiment.grid import expand, run_config
+    from helpers import VARIED_RUN, sweep_equals_runs
 
     config = ExperimentConfig(
         **{**VARIED_RUN, "rounds": 3, "eps": 0.02}, algorithms=("local",),
         link_model="physical", fading="rician",
     )  # fmt: skip
-    result = sweep(
-        config, seeds="0", grid={"fading_param": [0.0, 8.0]}, records=("link_received",),
-        progress=False,
-    )  # fmt: skip
-    assert result.meta["programs"] == 1 and result.num_runs == 2
-    for spec in expand(config, "0", {"fading_param": [0.0, 8.0]})[1:]:  # K = 8 (0: Rayleigh)
-        own = pfedwn_jax.run(run_config(config, spec), progress=False)
-        got = result.record("link_received", spec.index, "local")
-        np.testing.assert_array_equal(got, own.records("local", "link_received"))
+    grid = {"fading_param": [0.0, 8.0]}
+    result = sweep_equals_runs(config, grid, "link_received", skip=1)  # K = 8 (0: Rayleigh)
+    assert result.num_runs == 2
 
 
 @pytest.mark.slow
 def test_moving_nodes_under_nakagami_fading_sweep_in_one_program():
     """Mobility re-computes P_err and re-selects inside the compiled round with the run's own
     (traced) Nakagami m: a sweep over m is one program, each run equal to its own `run()`."""
-    from helpers import VARIED_RUN
-
-    import pfedwn_jax
-    from pfedwn_jax import sweep
-    from pfedwn_jax.experiment.grid import expand, run_config
+    from helpers import VARIED_RUN, sweep_equals_runs
 
     config = ExperimentConfig(
         **{**VARIED_RUN, "rounds": 2}, algorithms=("local",), mobility="waypoint", speed=3.0,
         reselect_every=1, link_model="bernoulli", fading="nakagami",
     )  # fmt: skip
-    grid = {"fading_param": [0.7, 3.0]}
-    result = sweep(config, seeds="0", grid=grid, records=("neighbor_mask",), progress=False)
-    assert result.meta["programs"] == 1 and result.num_runs == 2
-    for spec in expand(config, "0", grid):
-        own = pfedwn_jax.run(run_config(config, spec), progress=False)
-        np.testing.assert_array_equal(
-            result.record("neighbor_mask", spec.index, "local"),
-            own.records("local", "neighbor_mask"),
-        )
+    result = sweep_equals_runs(config, {"fading_param": [0.7, 3.0]}, "neighbor_mask")
+    assert result.num_runs == 2

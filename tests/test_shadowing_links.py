@@ -12,7 +12,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 import pytest
-from helpers import VARIED_RUN
+from helpers import VARIED_RUN, sweep_equals_runs
 
 from pfedwn_jax import ExperimentConfig
 from pfedwn_jax.algorithms import neighbor_lists
@@ -89,43 +89,20 @@ def test_moving_network_perr_keeps_each_pairs_shadowing():
 def test_shadowing_deviations_share_one_program():
     """A sweep over the deviation with physical links is one program, each run equal to its
     own `run()`."""
-    import pfedwn_jax
-    from pfedwn_jax import sweep
-    from pfedwn_jax.experiment.grid import expand, run_config
-
     config = _config(link_model="physical", rounds=2, num_neighbors=5)
-    grid = {"shadowing_db": [4.0, 10.0]}
-    result = sweep(config, seeds="0", grid=grid, records=("link_received",), progress=False)
-    assert result.meta["programs"] == 1 and result.num_runs == 2
-    for spec in expand(config, "0", grid):
-        own = pfedwn_jax.run(run_config(config, spec), progress=False)
-        np.testing.assert_array_equal(
-            result.record("link_received", spec.index, "local"),
-            own.records("local", "link_received"),
-        )
+    result = sweep_equals_runs(config, {"shadowing_db": [4.0, 10.0]}, "link_received")
+    assert result.num_runs == 2
 
 
 @pytest.mark.slow
 def test_moving_shadowed_network_sweeps_like_its_runs():
     """Mobility with shadowing and re-selection every round: each run of a sweep over the
     deviation equals its own `run()` (lists and P_err recomputed inside the round)."""
-    import pfedwn_jax
-    from pfedwn_jax import sweep
-    from pfedwn_jax.experiment.grid import expand, run_config
-
     config = _config(
         link_model="bernoulli", rounds=2, num_neighbors=5, mobility="waypoint", speed=3.0,
         reselect_every=1,
     )  # fmt: skip
-    grid = {"shadowing_db": [3.0, 9.0]}
-    result = sweep(config, seeds="0", grid=grid, records=("neighbor_mask",), progress=False)
-    assert result.meta["programs"] == 1
-    for spec in expand(config, "0", grid):
-        own = pfedwn_jax.run(run_config(config, spec), progress=False)
-        np.testing.assert_array_equal(
-            result.record("neighbor_mask", spec.index, "local"),
-            own.records("local", "neighbor_mask"),
-        )
+    sweep_equals_runs(config, {"shadowing_db": [3.0, 9.0]}, "neighbor_mask")
 
 
 # ------------------------------------------------------------------ candidate lists
