@@ -92,7 +92,7 @@ def _pairs_section(p: Preset, rows, pairs: Mapping[str, Sequence[Mapping[str, An
         text += [f"## Every method minus Local, paired by seed (mean of the last {p.window} "
                  "rounds, points; each method at its chosen point; [95% interval over seeds "
                  "and the target's test set], bold where Holm-separated within the target: "
-                 "`sweeps/paired.py`)", "", paired_table(pairs["local"], "method - Local"),
+                 "`results/paired.py`)", "", paired_table(pairs["local"], "method - Local"),
                  ""]  # fmt: skip
     if pairs.get("em"):
         how = ("each variant tuned on validation like a method" if p.variant_points == "tuned"
