@@ -34,8 +34,9 @@ def test_each_results_block_is_recomputed_from_the_committed_files(doc):
 
 
 def test_the_blocks_say_what_the_files_say():
-    """Spot checks by hand against the committed files: Case 3's pFedWN difference and its
-    test set, and the crossover's count."""
+    """Spot checks by hand against the committed files: pFedWN's differences (Case 1 first,
+    Case 3 last) and Case 3's test set, and the crossover's count."""
     table2 = BLOCKS["table2"](ROOT)
-    assert "(n_test 266)" in table2 and "| pfedwn | +0.21 [" in table2
+    assert "(n_test 266)" in table2 and "| pfedwn | -0.08 [" in table2
+    assert "+0.62 [-1.75, +2.98] p_Holm 1 |\n| pfedwn a<1 |" in table2
     assert "210 comparisons" in BLOCKS["crossover"](ROOT)

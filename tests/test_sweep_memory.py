@@ -182,15 +182,19 @@ def test_pfedwn_counts_its_state_and_em_pairs(exp):
 
 
 def test_perfedavg_adaptation_only_with_alpha(exp):
-    """Per-FedAvg adapts (and holds 2 S extra models) only when alpha > 0; Hessian-free
+    """Per-FedAvg adapts (and holds S adapted models, plus a model and a gradient sum for each
+    slot adapted at once) only when alpha > 0; Hessian-free
     steps take 3 passes over the minibatch instead of 2, or, with the minibatch split into
     its parts, one minibatch's worth either way."""
     hp = get_algorithm("perfedavg").hparams
     adapted = estimate(exp.ctx, exp.test, "perfedavg", hp(alpha=0.01))
     held = estimate(exp.ctx, exp.test, "perfedavg", hp(alpha=0.0))
     assert adapted.phase == "evaluation (one-step adaptation)" and held.phase != adapted.phase
-    # 2 S models while adapting; training writes the new models over the old ones
-    assert adapted.algorithm - held.algorithm == 2 * adapted.params
+    # while adapting; training writes the new models over the old ones
+    slots = adapted.slots
+    at_once = memory.chunk_of(None, slots)  # one on a CPU
+    per_model = adapted.params // slots
+    assert adapted.algorithm - held.algorithm == (slots + 2 * at_once) * per_model
     train = lambda **kw: memory.phases(exp.ctx, exp.test, "perfedavg", hp(alpha=0.0, **kw))[0]
     whole = {"split_batch": False}
     assert train(variant="hf", **whole).activations > train(**whole).activations  # 3 vs 2
