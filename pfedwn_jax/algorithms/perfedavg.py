@@ -189,6 +189,8 @@ def eval_params(state: BaselineState, ctx: RoundContext, hp: PerFedAvgHParams):
         return _axpy(-hp.alpha, g, p)
 
     _, slots = resolve_strategy("auto", None, ctx.num_slots)  # one at a time on a CPU
+    if slots == 1:  # a plain scan: `batch_size=1` (a vmap of one inside the scan) made
+        return jax.lax.map(one, (params, ctx.data_client))  # XLA:CPU abort in one network run
     return jax.lax.map(one, (params, ctx.data_client), batch_size=slots)
 
 
