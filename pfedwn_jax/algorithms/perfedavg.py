@@ -40,7 +40,6 @@ from pfedwn_jax.algorithms.base import RoundContext, checked, hparams, register
 from pfedwn_jax.algorithms.common import BaselineState, baseline_algorithm, train_then_average
 from pfedwn_jax.algorithms.phases import Phase, Sizes, chunk_of, evaluation, training
 from pfedwn_jax.engine import default_loss, per_sample_ce
-from pfedwn_jax.engine.strategy import resolve_strategy
 
 VARIANTS = ("fo", "hf", "exact")
 #: Variants with a Hessian-vector product term (and a third batch part D'').
@@ -188,7 +187,7 @@ def eval_params(state: BaselineState, ctx: RoundContext, hp: PerFedAvgHParams):
         g = full_batch_grad(ctx.model, p, train.x[c], train.y[c], train.mask[c], chunk)
         return _axpy(-hp.alpha, g, p)
 
-    _, slots = resolve_strategy("auto", None, ctx.num_slots)  # one at a time on a CPU
+    slots = chunk_of(None, ctx.num_slots)  # one at a time on a CPU
     if slots == 1:  # a plain scan: `batch_size=1` (a vmap of one inside the scan) made
         return jax.lax.map(one, (params, ctx.data_client))  # XLA:CPU abort in one network run
     return jax.lax.map(one, (params, ctx.data_client), batch_size=slots)

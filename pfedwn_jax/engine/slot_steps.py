@@ -196,17 +196,12 @@ def _group_step(
     """`_slot_step` of every slot of a group of C (leaves `[C, ...]`, `idx_t, valid_t [C, B]`,
     `t [C]`) -> `(params, opt_state, loss [C], ok [C])`.
 
-    Several slots: vmapped and masked, since a slot may have fewer non-empty steps than the
-    group runs. One slot: unbatched and unmasked, as every step `_train_group` runs for it is
-    non-empty.
+    Vmapped and masked, since a slot may have fewer non-empty steps than the group runs (a
+    single slot runs unbatched in `_train_one`).
     """
     dc, sw = group.data_client, group.sample_weight
     args = (params, opt_state, dc, idx_t, valid_t, sw, group.aux, group.slot_key, group.consts, t)
-    if group.data_client.shape[0] > 1:
-        return jax.vmap(functools.partial(_slot_step, step, shared))(*args)
-    one = jax.tree.map(lambda a: a[0], args)
-    out = _slot_step(step, shared, *one, masked=False)
-    return jax.tree.map(lambda a: a[None], out)
+    return jax.vmap(functools.partial(_slot_step, step, shared))(*args)
 
 
 def train_group(step: Step, shared: Shared, group: Slots) -> SlotsOut:
