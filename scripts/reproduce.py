@@ -7,7 +7,9 @@ data subsets, MLPs), `mnist-full` (full MNIST, Table II in under an hour on 2 CP
 CNN where JAX has an accelerator) and `paper` (full datasets, CNN/ResNet18, 100 rounds: a
 GPU). `--data-dir DIR` reads every dataset of the preset from DIR (`mnist.npz`,
 `cifar10.npz`, `cifar100.npz`, or TFDS data prepared there), so a machine without network
-runs from files; `--criterion` overrides how the cases' targets are chosen. Writes PNG
+runs from files; `--criterion` overrides how the cases' targets are chosen. `--only field`
+is the comparison table of every registered method (or `--methods`), each tuned with the
+same budget (`pfedwn_jax.reproduce.field`). Writes PNG
 figures, CSV/JSON tables with the config and seed of every number, and `OUT/REPORT.md`.
 Every argument, --out included, is checked before any work: a bad one ends the script with
 one line and exit status 2 (as the `pfedwn` CLI).
@@ -27,11 +29,18 @@ PROG = Path(__file__).name
 
 def main(argv: list[str] | None = None) -> int:
     from pfedwn_jax.reproduce.cases import CRITERIA
-    from pfedwn_jax.reproduce.learning import ALL_ITEMS
+    from pfedwn_jax.reproduce.learning import ALL_ITEMS, EXTRA_ITEMS
     from pfedwn_jax.reproduce.presets import PRESETS
 
     ap = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default="all", help=f"comma-separated items of {list(ALL_ITEMS)}")
+    ap.add_argument(
+        "--only",
+        default="all",
+        help=f"comma-separated items of {list(ALL_ITEMS + EXTRA_ITEMS)} (all: all but the last)",
+    )
+    ap.add_argument(
+        "--methods", default=None, help="the field table's methods, comma-separated (default: all)"
+    )
     ap.add_argument("--preset", default="quick", choices=sorted(PRESETS))
     ap.add_argument("--out", required=True, type=out_path, help="output directory")
     ap.add_argument(
@@ -56,6 +65,11 @@ def run(args: argparse.Namespace) -> int:
 
     out = check_out_dir(args.out)
     as_flag("--only", "only", parse_items, args.only)
+    methods = None if args.methods is None else [m.strip() for m in args.methods.split(",")]
+    if methods is not None:
+        from pfedwn_jax.reproduce.field import field_methods
+
+        as_flag("--methods", "methods", field_methods, methods)
     if args.cpu_devices is not None and args.cpu_devices < 1:
         raise ValueError(f"--cpu-devices must be >= 1; got {args.cpu_devices}")
     preset = get_preset(args.preset)
@@ -69,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     from pfedwn_jax.reproduce.learning import reproduce
 
     t0 = time.perf_counter()
-    result = reproduce(args.only, preset, out)
+    result = reproduce(args.only, preset, out, methods=methods)
     print(f"wrote {result['report']} in {time.perf_counter() - t0:.0f} s")
     return 0
 

@@ -112,6 +112,7 @@ def _records(state: APFLState, ctx: RoundContext, hp: APFLHParams) -> dict[str, 
 APFL = register(
     Algorithm(
         name="apfl",
+        tune=("alpha", (0.25, 0.75)),
         hparams=APFLHParams,
         init=_init,
         round=_round,

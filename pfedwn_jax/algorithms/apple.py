@@ -169,6 +169,7 @@ def memory_phases(sz: Sizes, hp: Any) -> list[Phase]:
 APPLE = register(
     Algorithm(
         name="apple",
+        tune=("mu", (0.01, 0.1)),
         hparams=APPLEHParams,
         init=_init,
         round=_round,

@@ -230,6 +230,11 @@ class Algorithm(NamedTuple):
     # round (`algorithms.payload`; what the round's cost charges). None: every parameter of
     # what the round sends (`sent_params`, else `eval_params`) at `value_bits` bits.
     payload_bits: Callable[..., Any] | None = None
+    # The method's own tuning axis in the comparison table (`reproduce.field`): `(key,
+    # (v1, v2))`, a dynamic hyperparameter (as `hparams` spells it) and the two values tried
+    # beside two learning rates, from its paper's grid. None: the method has none, and the
+    # table tries four learning rates instead (every method gets the same number of points).
+    tune: tuple[str, tuple[Any, Any]] | None = None
 
 
 # The built-in families, in the order docs/algorithms.md lists them.
@@ -259,11 +264,26 @@ def register(alg: Algorithm) -> Algorithm:
         )
     if not isinstance(alg.family, str) or not alg.family:
         raise ValueError(f"{alg.name}: family must be a non-empty name; got {alg.family!r}")
+    _check_tune(alg)
     old = _REGISTRY.get(alg.name)
     if old is not None and old is not alg:
         raise ValueError(f"algorithm {alg.name!r} is already registered")
     _REGISTRY[alg.name] = alg
     return alg
+
+
+def _check_tune(alg: Algorithm) -> None:
+    """`alg.tune`: None or `(key, (v1, v2))`, `key` a dynamic hyperparameter (one program
+    serves both values; two: the comparison table's budget)."""
+    if alg.tune is None:
+        return
+    dynamic = dynamic_fields(alg.hparams)
+    ok = isinstance(alg.tune, tuple) and len(alg.tune) == 2 and alg.tune[0] in dynamic
+    if not ok or not isinstance(alg.tune[1], tuple) or len(alg.tune[1]) != 2:
+        raise ValueError(
+            f"{alg.name}: tune must be None or (key, (v1, v2)) with key one of its dynamic "
+            f"hyperparameters {list(dynamic)}; got {alg.tune!r}"
+        )
 
 
 def unregister(name: str) -> Algorithm:

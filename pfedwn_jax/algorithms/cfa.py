@@ -80,6 +80,7 @@ def _mixing(state: BaselineState, ctx: RoundContext, hp: CFAHParams) -> jax.Arra
 CFA = register(
     baseline_algorithm(
         name="cfa",
+        tune=("eps", (0.25, 0.5)),
         hparams=CFAHParams,
         round=_round,
         mixing_weights=_mixing,

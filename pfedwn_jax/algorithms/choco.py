@@ -132,6 +132,7 @@ def payload_bits(state: ChocoState, ctx: RoundContext, hp: ChocoHParams, value_b
 CHOCO = register(
     baseline_algorithm(
         name="choco",
+        tune=("gamma", (0.2, 0.8)),
         hparams=ChocoHParams,
         init=_init,
         round=_round,

@@ -71,6 +71,7 @@ def memory_phases(sz: Sizes, hp: Any) -> list[Phase]:
 DFEDAVGM = register(
     baseline_algorithm(
         name="dfedavgm",
+        tune=("momentum", (0.5, 0.9)),
         hparams=DFedAvgMHParams,
         round=_round,
         mixing_weights=mh_mixing,

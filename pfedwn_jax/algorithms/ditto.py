@@ -89,6 +89,7 @@ def _eval(state: DittoState, ctx: RoundContext, hp: DittoHParams) -> Any:
 DITTO = register(
     baseline_algorithm(
         name="ditto",
+        tune=("lam", (0.1, 1.0)),
         hparams=DittoHParams,
         init=_init,
         round=_round,

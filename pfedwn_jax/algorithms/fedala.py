@@ -143,6 +143,7 @@ def _round(
 FEDALA = register(
     baseline_algorithm(
         name="fedala",
+        tune=("eta", (0.1, 1.0)),
         hparams=FedALAHParams,
         init=_init,
         round=_round,

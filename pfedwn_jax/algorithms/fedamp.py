@@ -233,6 +233,7 @@ def memory_phases(sz: Sizes, hp: Any) -> list[Phase]:
 FEDAMP = register(
     baseline_algorithm(
         name="fedamp",
+        tune=("sigma_scale", (0.5, 2.0)),
         hparams=FedAMPHParams,
         round=_round,
         description="attentive message passing with a proximal term to the cloud model",

@@ -99,6 +99,7 @@ def _round(
 FEDDYN = register(
     baseline_algorithm(
         name="feddyn",
+        tune=("alpha", (0.01, 0.1)),
         hparams=FedDynHParams,
         init=_init,
         round=_round,

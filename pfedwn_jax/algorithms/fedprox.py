@@ -52,6 +52,7 @@ def memory_phases(sz: Sizes, hp: Any) -> list[Phase]:
 FEDPROX = register(
     baseline_algorithm(
         name="fedprox",
+        tune=("mu", (0.01, 0.1)),
         hparams=FedProxHParams,
         round=_round,
         description="FedAvg with a proximal term mu/2 ||w - w_round_start||^2",

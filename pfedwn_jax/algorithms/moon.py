@@ -107,6 +107,7 @@ def _round(
 MOON = register(
     baseline_algorithm(
         name="moon",
+        tune=("mu", (0.1, 1.0)),
         hparams=MoonHParams,
         init=_init,
         round=_round,

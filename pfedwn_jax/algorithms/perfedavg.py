@@ -219,6 +219,7 @@ def memory_phases(sz: Sizes, hp: Any) -> list[Phase]:
 PERFEDAVG = register(
     baseline_algorithm(
         name="perfedavg",
+        tune=("alpha", (0.005, 0.02)),
         hparams=PerFedAvgHParams,
         round=_round,
         eval_params=eval_params,

@@ -115,6 +115,7 @@ def _eval(state: PFedMeState, ctx: RoundContext, hp: PFedMeHParams) -> Any:
 PFEDME = register(
     baseline_algorithm(
         name="pfedme",
+        tune=("lam", (1.0, 15.0)),
         hparams=PFedMeHParams,
         init=_init,
         round=_round,

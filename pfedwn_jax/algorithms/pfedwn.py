@@ -381,6 +381,7 @@ def memory_phases(sz: Sizes, hp: Any) -> list[Phase]:
 PFEDWN = register(
     baseline_algorithm(
         name="pfedwn",
+        tune=("a", (0.5, 0.9)),
         hparams=PFedWNHParams,
         init=init,
         round=_round,

@@ -82,7 +82,9 @@ def _fedadam_tx(hp: FedAdamHParams) -> optax.GradientTransformation:
     return optax.adam(hp.server_lr, b1=hp.b1, b2=hp.b2, eps=hp.tau)
 
 
-def _algorithm(name: str, hp_type: type, make_tx: Any, description: str) -> Algorithm:
+def _algorithm(
+    name: str, hp_type: type, make_tx: Any, description: str, tune: tuple[str, tuple]
+) -> Algorithm:
     def init(key: jax.Array, ctx: RoundContext, hp: Any) -> ServerOptState:
         clients = init_clients(key, ctx)
         server = jax.vmap(make_tx(hp).init)(clients.params)
@@ -104,12 +106,25 @@ def _algorithm(name: str, hp_type: type, make_tx: Any, description: str) -> Algo
         description=description,
         family="traditional",
         default=False,
+        tune=tune,
     )
 
 
 FEDAVGM = register(
-    _algorithm("fedavgm", FedAvgMHParams, _fedavgm_tx, "server momentum on the group average")
+    _algorithm(
+        "fedavgm",
+        FedAvgMHParams,
+        _fedavgm_tx,
+        "server momentum on the group average",
+        ("momentum", (0.5, 0.9)),
+    )
 )
 FEDADAM = register(
-    _algorithm("fedadam", FedAdamHParams, _fedadam_tx, "server Adam on the group average")
+    _algorithm(
+        "fedadam",
+        FedAdamHParams,
+        _fedadam_tx,
+        "server Adam on the group average",
+        ("server_lr", (0.01, 0.1)),
+    )
 )

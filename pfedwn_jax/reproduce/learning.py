@@ -19,6 +19,7 @@ from typing import Any
 
 from pfedwn_jax.reproduce import wireless_figs
 from pfedwn_jax.reproduce.crossover import run_crossover, write_crossover
+from pfedwn_jax.reproduce.field import run_field, write_field
 from pfedwn_jax.reproduce.figures import fig1, fig8, fig9
 from pfedwn_jax.reproduce.presets import Preset, get_preset
 from pfedwn_jax.reproduce.report import write_report
@@ -40,17 +41,21 @@ WIRELESS_ITEMS = ("fig4", "fig5", "fig6", "fig7")
 
 ALL_ITEMS = ("fig1", "fig4", "fig5", "fig6", "fig7", "fig8", "table2", "em", "table3", "fig9",
              "crossover")  # fmt: skip
+#: Items beyond "all": the comparison table of every registered method (`reproduce.field`).
+EXTRA_ITEMS = ("field",)
 
 
 def parse_items(only: str | Sequence[str] | None) -> tuple[str, ...]:
-    """`"table2,fig8"` (or a list; None or "all": everything) as item names, in paper order."""
+    """`"table2,fig8"` (or a list; None or "all": every paper item and the crossover) as
+    item names, in paper order, then `EXTRA_ITEMS` named."""
     if only is None or only == "all":
         return ALL_ITEMS
     names = [s.strip() for s in only.split(",")] if isinstance(only, str) else list(only)
-    bad = [n for n in names if n not in ALL_ITEMS]
+    known = (*ALL_ITEMS, *EXTRA_ITEMS)
+    bad = [n for n in names if n not in known]
     if bad or not names:
-        raise ValueError(f"only: unknown item(s) {bad or names}; allowed: {list(ALL_ITEMS)}")
-    return tuple(i for i in ALL_ITEMS if i in names)
+        raise ValueError(f"only: unknown item(s) {bad or names}; allowed: {list(known)}")
+    return tuple(i for i in known if i in names)
 
 
 def wireless_item(item: str, out: Path, p: Preset) -> dict[str, Any]:
@@ -71,10 +76,12 @@ def reproduce(
     preset: str | Preset,
     out: str | Path,
     log: Callable[[str], None] = print,
+    methods: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Run the requested paper items with a preset; write figures, tables and `REPORT.md`
-    into `out`. Returns `{"items": {item: artifacts}, "wall_s": {...}, "tables": rows,
-    "pairs": {...}, "crossover": rows, "report": path}`."""
+    into `out`. `methods`: those of the "field" table (default: every registered one).
+    Returns `{"items": {item: artifacts}, "wall_s": {...}, "tables": rows, "pairs": {...},
+    "crossover": rows, "field": rows, "report": path}`."""
     items, p = parse_items(only), get_preset(preset)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -95,9 +102,16 @@ def reproduce(
     cross = None
     if "crossover" in items:
         cross = _crossover(p, out, done, wall, log)
-    report = write_report(out, p, items, done, rows, wall, pairs, cross)
+    field = None
+    if "field" in items:
+        field = run_field(p, out, methods, log)
+        title = f"Every method on Table II's cases, preset {p.name}"
+        done["field"] = write_field(out, field, title)
+        wall["field"] = field["wall_s"]
+    report = write_report(out, p, items, done, rows, wall, pairs, cross, field)
     return {"items": done, "wall_s": wall, "tables": rows, "pairs": pairs,
-            "crossover": None if cross is None else cross["rows"], "report": report}  # fmt: skip
+            "crossover": None if cross is None else cross["rows"],
+            "field": None if field is None else field["rows"], "report": report}  # fmt: skip
 
 
 def _pairs(rows, sweeps, p: Preset, out: Path, done) -> dict[str, list[dict[str, Any]]]:

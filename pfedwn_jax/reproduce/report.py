@@ -1,6 +1,7 @@
 """`REPORT.md` of a reproduction: the preset, the machine and its load, the cases per
 criterion, Tables II and III beside the paper's, the differences paired by seed, the
-crossover study, the chosen hyperparameters and the artifact list."""
+crossover study, every method's comparison table, the chosen hyperparameters and the artifact
+list."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 from pfedwn_jax.io import atomic_write_text
 from pfedwn_jax.reproduce.cases import CRITERIA, case_rows
 from pfedwn_jax.reproduce.crossover import HOLD, markdown
+from pfedwn_jax.reproduce.field import field_markdown
 from pfedwn_jax.reproduce.paper_numbers import PAPER_MAX
 from pfedwn_jax.reproduce.presets import FIXED_A, Preset
 from pfedwn_jax.reproduce.runs import dataset_base, label_counts, table_cases
@@ -147,6 +149,7 @@ def write_report(
     wall,
     pairs: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
     cross: Mapping[str, Any] | None = None,
+    field: Mapping[str, Any] | None = None,
 ) -> Path:
     """`out/REPORT.md` (see the module docstring)."""
 
@@ -168,10 +171,11 @@ def write_report(
         f"those read back from an earlier run: {_sweep_seconds(rows):.0f} s.",
         "",
     ]
-    if rows or cross is not None:
+    if rows or cross is not None or field is not None:
         text += cases_section(p)
     text += _tables_section(p, rows) + _pairs_section(p, rows, pairs or {})
     text += _crossover_section(cross, p)
+    text += [] if field is None else field_markdown(field)
     if rows:
         text += ["## Chosen hyperparameters", "", chosen_table(rows), ""]
     text += ["## Artifacts", "", *_artifacts(done, out), ""]
