@@ -236,13 +236,21 @@ def test_pushsum_node_without_links_keeps_its_model():
 
 
 # ----------------------------------------------------------------------- DFedAvgM
-@pytest.mark.parametrize("lost", [False, True])
-def test_dfedavgm_two_rounds_match_a_heavy_ball_loop(lost):
+@pytest.mark.parametrize(("lost", "chunk"), [(False, None), (True, None), (True, 1), (True, 2)])
+def test_dfedavgm_two_rounds_match_a_heavy_ball_loop(lost, chunk, monkeypatch):
+    """Also with the nodes trained in chunks of `chunk` nodes (the last one padded), each
+    chunk from its own fresh momentum."""
+    import pfedwn_jax.algorithms.dfedavgm as module
+
     ctx = make_ctx(leaves=True, epochs=3)
-    ctxs = [lossy(ctx, seed=r) if lost else ctx for r in range(2)]
-    _, got = rounds("dfedavgm", ctx, 2, {"momentum": 0.8}, ctxs=ctxs)
     alg = get_algorithm("dfedavgm")
     w = [node(alg.init(jax.random.PRNGKey(0), ctx, None).clients.params, i) for i in range(5)]
+    if chunk is not None:
+        one = sum(np.asarray(a).nbytes for a in jax.tree.leaves(w[0]))
+        monkeypatch.setattr(module, "MOMENTUM_BYTES", chunk * one)
+        assert module.momentum_chunk(one, 5) == chunk
+    ctxs = [lossy(ctx, seed=r) if lost else ctx for r in range(2)]
+    _, got = rounds("dfedavgm", ctx, 2, {"momentum": 0.8}, ctxs=ctxs)
     for c in ctxs:  # the momentum restarts each round
         trained = [gd(ctx, w[i], i, 3, 0.3, momentum=0.8) for i in range(5)]
         w = mixed(mh_matrix(ADJ, dense(ctx, c.neighbor_mask)), trained)

@@ -19,7 +19,7 @@ from pfedwn_jax.algorithms import get_algorithm, make_hparams, neighbor_lists
 from pfedwn_jax.algorithms.common import init_baseline, local_update
 from pfedwn_jax.algorithms.pfedwn import em_components
 from pfedwn_jax.engine import mix_sparse, neighbor_sq_dist
-from pfedwn_jax.engine.tree import by_columns, chunked_rows
+from pfedwn_jax.engine.tree import by_columns, chunked_rows, rows_in_place
 
 equal = lambda a, b: jax.tree.map(np.testing.assert_array_equal, a, b)
 CLASSES = [[0, 1], [0, 1], [2, 3], [1, 2], [0, 3], [3]]
@@ -49,6 +49,23 @@ def test_chunked_rows_pads_the_last_chunk_and_drops_it():
     assert out["real"].all() and seen == [(3,)]
     one = chunked_rows(fn, 7, 100)  # one chunk: every row, no loop
     np.testing.assert_array_equal(one["r"], np.arange(7) * 10)
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7, 100])
+def test_rows_in_place_updates_every_row_once(chunk):
+    """Each row is replaced once by `fn` of its own values (applied twice would show), the
+    padded rows of the last chunk are dropped, and `real` marks them."""
+    tree = {"a": jnp.arange(7, dtype=jnp.float32), "b": jnp.ones((7, 2), jnp.float32)}
+    reals = []
+
+    def fn(rows, real, part):
+        reals.append(real.shape)
+        return {"a": part["a"] * 2 + 1 + 0 * rows, "b": part["b"] * jnp.where(real, 3, -1)[:, None]}
+
+    out = jax.jit(lambda t: rows_in_place(fn, t, chunk))(tree)
+    np.testing.assert_array_equal(out["a"], np.arange(7) * 2 + 1)
+    np.testing.assert_array_equal(out["b"], np.full((7, 2), 3.0))
+    assert reals == [(min(chunk, 7),)]
 
 
 @pytest.mark.parametrize("rows_out", [5, 3])

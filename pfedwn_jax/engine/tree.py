@@ -86,6 +86,31 @@ def chunked_rows(fn: Any, num_rows: int, chunk: int) -> Any:
     return jax.tree.map(lambda a: a.reshape(blocks * chunk, *a.shape[2:])[:num_rows], out)
 
 
+def rows_in_place(fn: Any, tree: PyTree, chunk: int) -> PyTree:
+    """`tree` (leaves `[R, ...]`) with every chunk of `chunk` rows replaced by `fn(rows [C]
+    int32, real [C] bool, part) -> part` (`part` leaves `[C, ...]`), one chunk at a time.
+
+    The loop carries `tree` and writes each chunk back over it (XLA updates it in place), so
+    what `fn` holds beside the rows (a fresh optimizer state, say) is one chunk's worth, not
+    `R` rows'. The last chunk is padded by repeating row `R - 1` with `real` False; its padded
+    results are dropped. With one chunk `fn` runs once on every row, without a loop.
+    """
+    num_rows = num_slots_of(tree)
+    chunk = min(check_int("chunk", chunk, 1), num_rows)
+    blocks = -(-num_rows // chunk)
+    if blocks == 1:
+        return fn(jnp.arange(num_rows, dtype=jnp.int32), jnp.ones(num_rows, bool), tree)
+
+    def body(g: jax.Array, full: PyTree) -> PyTree:
+        index = g * chunk + jnp.arange(chunk, dtype=jnp.int32)
+        real, rows = index < num_rows, jnp.minimum(index, num_rows - 1)
+        new = fn(rows, real, jax.tree.map(lambda a: jnp.take(a, rows, axis=0), full))
+        dest = jnp.where(real, rows, num_rows)  # out of bounds: dropped
+        return jax.tree.map(lambda a, b: a.at[dest].set(b, mode="drop"), full, new)
+
+    return jax.lax.fori_loop(0, blocks, body, tree)
+
+
 def by_columns(fn: Any, a: jax.Array, rows_out: int, columns: int) -> jax.Array:
     """`fn` applied to every block of `columns` columns of `a [S, D]`: `fn(block [S, c]) ->
     [rows_out, c]` for a column-wise map (column j of the result depends on column j of `a`
