@@ -394,6 +394,23 @@ def test_dispfl_two_rounds_match_a_per_node_loop(lost):
     assert_close(got, stack(w))
 
 
+def test_dispfl_masks_are_bool_per_slot_and_drawn_in_chunks_alike(monkeypatch):
+    """A slot's mask depends on its index only (not on how many slots, nor on the chunk of
+    slots drawn at once); bool, a quarter of a float32 copy."""
+    import pfedwn_jax.algorithms.dispfl as module
+
+    key = jax.random.PRNGKey(4)
+    params = {"w": jnp.zeros((7, 6, 5)), "b": jnp.zeros((7, 5))}
+    whole = module.draw_masks(key, params, 0.5)
+    assert whole["w"].dtype == jnp.bool_ and bool(whole["b"].all())
+    monkeypatch.setattr(module, "DRAW_CHUNK", 3)
+    chunked = module.draw_masks(key, params, 0.5)
+    fewer = module.draw_masks(key, {"w": params["w"][:4], "b": params["b"][:4]}, 0.5)
+    np.testing.assert_array_equal(chunked["w"], whole["w"])
+    np.testing.assert_array_equal(fewer["w"], whole["w"][:4])
+    assert not np.array_equal(whole["w"][0], whole["w"][1])
+
+
 def test_dispfl_dense_is_unweighted_cfa_on_a_complete_graph():
     ctx = make_ctx(np.ones((5, 5), bool), [6] * 5)
     want = rounds("cfa", ctx, 2, {"eps": 0.8})[1]  # (1 - eps) own + eps mean of the 4 others

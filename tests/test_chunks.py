@@ -19,7 +19,7 @@ from pfedwn_jax.algorithms import get_algorithm, make_hparams, neighbor_lists
 from pfedwn_jax.algorithms.common import init_baseline, local_update
 from pfedwn_jax.algorithms.pfedwn import em_components
 from pfedwn_jax.engine import mix_sparse, neighbor_sq_dist
-from pfedwn_jax.engine.tree import by_columns, chunked_rows, rows_in_place
+from pfedwn_jax.engine.tree import by_columns, chunked_rows, mix_sparse_masked, rows_in_place
 
 equal = lambda a, b: jax.tree.map(np.testing.assert_array_equal, a, b)
 CLASSES = [[0, 1], [0, 1], [2, 3], [1, 2], [0, 3], [3]]
@@ -66,6 +66,34 @@ def test_rows_in_place_updates_every_row_once(chunk):
     np.testing.assert_array_equal(out["a"], np.arange(7) * 2 + 1)
     np.testing.assert_array_equal(out["b"], np.full((7, 2), 3.0))
     assert reals == [(min(chunk, 7),)]
+
+
+@pytest.mark.parametrize("columns", [None, 1, 4, 7])
+@pytest.mark.parametrize("stale", [False, True])
+def test_mix_sparse_masked_equals_a_per_coordinate_loop(columns, stale):
+    """DisPFL's sparse average against a loop over slots, list entries and coordinates: each
+    coordinate averaged over the entries whose sender's mask keeps it (none: the own value),
+    then masked; with a pool of stale copies after the slots' own models."""
+    rng = np.random.default_rng(3)
+    s, k, d = 4, 3, 10
+    masks = rng.random((s, d)) < 0.5
+    pool = rng.normal(size=(s + (s * k if stale else 0), d)).astype(np.float32)
+    pool[:s] *= masks
+    sources = np.stack([np.arange(s), (np.arange(s) + 1) % s, (np.arange(s) + 2) % s], 1)
+    index = sources if not stale else np.where(rng.random((s, k)) < 0.5, sources,
+                                               s + np.arange(s * k).reshape(s, k))  # fmt: skip
+    weights = (rng.random((s, k)) < 0.7).astype(np.float32)
+    weights[:, 0] = 1
+    want = np.zeros((s, d), np.float32)
+    for i in range(s):
+        for j in range(d):
+            t = sum(weights[i, e] * pool[index[i, e], j] for e in range(k))
+            c = sum(weights[i, e] * masks[sources[i, e], j] for e in range(k))
+            want[i, j] = (t / c if c > 0 else pool[i, j]) * masks[i, j]
+    got = jax.jit(lambda p, m: mix_sparse_masked(p, index, m, sources, weights, columns=columns))(
+        {"w": jnp.asarray(pool)}, {"w": jnp.asarray(masks)}
+    )
+    np.testing.assert_allclose(got["w"], want, rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize("rows_out", [5, 3])

@@ -40,9 +40,14 @@ import jax.numpy as jnp
 
 from pfedwn_jax._checks import check_float
 from pfedwn_jax.algorithms.base import RoundContext, checked, hparams, register
-from pfedwn_jax.algorithms.common import baseline_algorithm, init_clients, local_update
-from pfedwn_jax.algorithms.mixing import gossip
-from pfedwn_jax.engine import ClientState, default_loss, mix_sparse
+from pfedwn_jax.algorithms.common import (
+    baseline_algorithm,
+    init_clients,
+    local_update,
+    neighbor_models,
+)
+from pfedwn_jax.engine import ClientState, default_loss
+from pfedwn_jax.engine.tree import mix_sparse_masked, rows_in_place
 
 #: Salt of the mask draw, folded into the init key.
 MASK_SALT = 0xD15
@@ -60,26 +65,38 @@ class DisPFLHParams:
 
 
 class DisPFLState(NamedTuple):
-    """Attributes: ``clients`` (sparse models ``[S, ...]``), ``masks`` 0/1 float32 like the
-    models, ``train_loss [S]``."""
+    """Attributes: ``clients`` (sparse models ``[S, ...]``), ``masks`` bool like the models
+    (a quarter of a float32 copy), ``train_loss [S]``."""
 
     clients: ClientState
     masks: Any
     train_loss: jax.Array
 
 
+#: Slots whose masks are drawn at once (the random bits of a draw are several times the
+#: mask's bytes; drawn for every slot at once they outgrew the machine at 10,000 MLP nodes).
+DRAW_CHUNK = 256
+
+
 def draw_masks(key: jax.Array, params: Any, density: float) -> Any:
-    """0/1 float32 masks like ``params [S, ...]``: each slot keeps a uniform random
-    ``density`` share of every leaf of rank >= 2 (per slot); other leaves dense."""
+    """Bool masks like ``params [S, ...]``: each slot keeps a uniform random ``density``
+    share of every leaf of rank >= 2 (`_draw_leaf`); other leaves dense."""
     leaves, treedef = jax.tree.flatten(params)
-    out = []
-    for i, a in enumerate(leaves):
-        if a.ndim < 3:  # [S] or [S, n]: a bias
-            out.append(jnp.ones(a.shape, jnp.float32))
-            continue
-        u = jax.random.uniform(jax.random.fold_in(key, i), a.shape)
-        out.append((u < density).astype(jnp.float32))
+    out = [
+        _draw_leaf(jax.random.fold_in(key, i), a.shape, density)
+        if a.ndim >= 3
+        else jnp.ones(a.shape, bool)  # [S] or [S, n]: a bias
+        for i, a in enumerate(leaves)
+    ]
     return jax.tree.unflatten(treedef, out)
+
+
+def _draw_leaf(key: jax.Array, shape: tuple[int, ...], density: float) -> jax.Array:
+    """``[S, ...]`` bool: slot ``s``'s mask drawn from ``fold_in(key, s)`` (independent of
+    how many slots there are), ``DRAW_CHUNK`` slots at a time."""
+    one = lambda s: jax.random.uniform(jax.random.fold_in(key, s), shape[1:]) < density
+    draw = lambda rows, real, part: jax.vmap(one)(rows)
+    return rows_in_place(draw, jnp.zeros(shape, bool), DRAW_CHUNK)
 
 
 def _init(key: jax.Array, ctx: RoundContext, hp: DisPFLHParams) -> DisPFLState:
@@ -92,17 +109,12 @@ def _init(key: jax.Array, ctx: RoundContext, hp: DisPFLHParams) -> DisPFLState:
 
 def sparse_average(params: Any, masks: Any, ctx: RoundContext) -> Any:
     """Each coordinate of slot ``k``'s model averaged over the delivered neighbors (and
-    ``k``) whose masks keep it, then masked by ``k``'s mask."""
+    ``k``) whose masks keep it, then masked by ``k``'s mask (the models are masked already,
+    so the sum over the models is ``sum_j m_j w_j``; a stale copy carries its sender's
+    mask, which does not change)."""
+    pool, index = neighbor_models(params, ctx)
     ones = jnp.asarray(ctx.neighbor_mask, jnp.float32)
-    total = gossip(params, ctx, ones)  # the models are masked already: sum_j m_j w_j
-    count = mix_sparse(masks, jnp.asarray(ctx.neighbors), ones, shards=ctx.shards)
-    return jax.tree.map(
-        lambda t, c, p, m: jnp.where(c > 0, t / jnp.maximum(c, 1).astype(t.dtype), p) * m,
-        total,
-        count,
-        params,
-        masks,
-    )
+    return mix_sparse_masked(pool, index, masks, ctx.neighbors, ones, shards=ctx.shards)
 
 
 def _round(

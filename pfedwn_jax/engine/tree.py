@@ -122,16 +122,22 @@ def by_columns(fn: Any, a: jax.Array, rows_out: int, columns: int) -> jax.Array:
     place where `a` is not used afterwards): the working set is one block, not a second
     `[S, D]` array. Otherwise it fills a fresh `[rows_out, D]` array.
     """
+    return by_column_blocks(lambda block, lo: fn(block), a, rows_out, columns)
+
+
+def by_column_blocks(fn: Any, a: jax.Array, rows_out: int, columns: int) -> jax.Array:
+    """`by_columns` whose `fn(block [S, c], lo)` also gets the block's first column `lo` (a
+    traced int, 0 for one block), to read the same columns of another `[*, D]` array."""
     s, d = a.shape
     if columns >= d:
-        return fn(a)
+        return fn(a, 0)
     src = lambda x, lo: jax.lax.dynamic_slice_in_dim(x, lo, columns, axis=1)
     in_place = rows_out == s
 
     def body(b: jax.Array, out: jax.Array) -> jax.Array:
         start = b * columns
         lo = jnp.minimum(start, d - columns)
-        new = fn(src(out if in_place else a, lo))
+        new = fn(src(out if in_place else a, lo), lo)
         done = (lo + jnp.arange(columns)) < start  # written by the previous block already
         new = jnp.where(done[None, :], src(out, lo), new)
         return jax.lax.dynamic_update_slice_in_dim(out, new, lo, axis=1)
@@ -205,6 +211,69 @@ def mix_sparse(
 
     out = jax.tree.map(leaf, params)
     return out if shards == 1 else constrain_slots(out, s_out, shards)
+
+
+def mix_sparse_masked(
+    pool: PyTree,
+    index: Any,
+    masks: PyTree,
+    sources: Any,
+    weights: Any,
+    *,
+    shards: int | None = 1,
+    columns: int | None = None,
+) -> PyTree:
+    """Each coordinate of slot `s` averaged over the listed models whose masks keep it, then
+    masked by `s`'s own mask (DisPFL's sparse average):
+
+        t = sum_k w[s, k] pool[index[s, k]],  c = sum_k w[s, k] masks[sources[s, k]]
+        out_s = where(c > 0, t / c, pool[s]) * masks[s]
+
+    `pool` leaves `[P, ...]` (`P >= S`; its first `S` rows are the slots' own models, e.g.
+    `neighbor_models`' pool with stale copies after them); `masks` 0/1 (bool or float)
+    `[S, ...]` like the models, `sources [S, K]` the slot whose mask applies to entry
+    `(s, k)`; `index`, `weights [S, K]`, `shards` and `columns` as `mix_sparse`'s. Computed
+    one block of columns at a time, both sums in one loop over K in float32 (`mix_sparse`'s
+    order): where `P == S` the result is written over `pool`, so the working set is one
+    block (no `[S, ...]` count).
+    """
+    index, sources = jnp.asarray(index), jnp.asarray(sources)
+    weights = jnp.asarray(weights)
+    s = num_slots_of(masks)
+    shards = resolve_shards(shards, s)
+    check_neighbors(index, num_slots_of(pool), "index")
+    check_neighbors(sources, s, "sources")
+    if not (weights.shape == index.shape == sources.shape == (s, index.shape[1])):
+        raise ValueError(
+            f"index, sources and weights must be [S={s}, K]; got {index.shape}, "
+            f"{sources.shape} and {weights.shape}"
+        )
+
+    def leaf(a: jax.Array, m: jax.Array) -> jax.Array:
+        flat, mflat = a.reshape(a.shape[0], -1), m.reshape(s, -1)
+        dtype = jnp.result_type(a.dtype, jnp.float32)
+        w = weights.astype(dtype)
+
+        def block(b: jax.Array, lo: Any) -> jax.Array:  # [P, c] -> [S, c]
+            mb = jax.lax.dynamic_slice_in_dim(mflat, lo, b.shape[1], axis=1)
+            b, mb = whole_on_slots(b, shards), whole_on_slots(mb, shards)
+
+            def term(k: int | jax.Array) -> tuple[jax.Array, jax.Array]:
+                wk = w[:, k, None]
+                return (wk * jnp.take(b, index[:, k], axis=0).astype(dtype),
+                        wk * jnp.take(mb, sources[:, k], axis=0).astype(dtype))  # fmt: skip
+
+            add = lambda k, acc: jax.tree.map(jnp.add, acc, term(k))
+            total, count = jax.lax.fori_loop(1, index.shape[1], add, term(0))
+            mean = total.astype(a.dtype) / jnp.maximum(count, 1).astype(a.dtype)
+            out = jnp.where(count > 0, mean, b[:s]) * mb.astype(a.dtype)
+            return constrain_slots(out, s, shards)
+
+        cols = block_size(flat.shape[1], flat.shape[0]) if columns is None else columns
+        out = by_column_blocks(block, flat, s, check_int("columns", cols, 1))
+        return out.reshape((s, *a.shape[1:]))
+
+    return jax.tree.map(leaf, pool, masks)
 
 
 def flatten_slots(params: PyTree) -> jax.Array:
