@@ -7,10 +7,11 @@ data subsets, MLPs), `mnist-full` (full MNIST, Table II in under an hour on 2 CP
 CNN where JAX has an accelerator) and `paper` (full datasets, CNN/ResNet18, 100 rounds: a
 GPU). `--data-dir DIR` reads every dataset of the preset from DIR (`mnist.npz`,
 `cifar10.npz`, `cifar100.npz`, or TFDS data prepared there), so a machine without network
-runs from files; `--criterion` overrides how the cases' targets are chosen. `--only field`
-is the comparison table of every registered method (or `--methods`), each tuned with the
-same budget (`pfedwn_jax.reproduce.field`). Writes PNG
-figures, CSV/JSON tables with the config and seed of every number, and `OUT/REPORT.md`.
+runs from files; `--criterion` overrides how the cases' targets are chosen; `--datasets`
+keeps some of the preset's datasets (e.g. `MNIST`). `--only field` is the comparison table
+of every registered method (or `--methods`), each tuned with the same budget
+(`pfedwn_jax.reproduce.field`). Writes PNG figures, CSV/JSON tables with the config and
+seed of every number, and `OUT/REPORT.md`.
 Every argument, --out included, is checked before any work: a bad one ends the script with
 one line and exit status 2 (as the `pfedwn` CLI).
 """
@@ -50,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
         "--criterion", default=None, choices=CRITERIA, help="cases' targets (default: preset's)"
     )
     ap.add_argument(
+        "--datasets", default=None, help="only these of the preset's datasets, e.g. MNIST"
+    )
+    ap.add_argument(
         "--cpu-devices", type=int, default=None, help="JAX CPU devices (default: cores)"
     )
     args = ap.parse_args(argv)
@@ -61,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     import dataclasses
 
     from pfedwn_jax.reproduce.learning import parse_items
-    from pfedwn_jax.reproduce.presets import get_preset, with_data_dir
+    from pfedwn_jax.reproduce.presets import get_preset, with_data_dir, with_datasets
 
     out = check_out_dir(args.out)
     as_flag("--only", "only", parse_items, args.only)
@@ -77,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
         preset = with_data_dir(preset, args.data_dir)
     if args.criterion is not None:
         preset = dataclasses.replace(preset, criterion=args.criterion)
+    if args.datasets is not None:
+        preset = as_flag("--datasets", "datasets", with_datasets, preset, args.datasets)
     import pfedwn_jax
 
     pfedwn_jax.use_cpu_devices(args.cpu_devices)

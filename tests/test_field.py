@@ -64,6 +64,18 @@ def test_methods_local_first_then_by_family():
         field_methods(["nope"])
 
 
+def test_a_preset_keeps_the_datasets_named():
+    from pfedwn_jax.reproduce.presets import with_datasets
+
+    quick = get_preset("quick")
+    assert [d.label for d in with_datasets(quick, "CIFAR-100, MNIST").datasets] == [
+        "MNIST",
+        "CIFAR-100",
+    ]
+    with pytest.raises(ValueError, match=r"datasets: unknown \['SVHN'\]; preset 'quick' has"):
+        with_datasets(quick, ["SVHN"])
+
+
 def test_the_table_is_an_extra_item_and_counts_the_cost():
     assert "field" not in parse_items("all") and parse_items("field") == ("field",)
     assert "field" not in ALL_ITEMS

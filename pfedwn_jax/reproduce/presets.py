@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -336,6 +336,18 @@ def with_data_dir(preset: Preset, folder: str | Path) -> Preset:
             )
     base = {**preset.base, "data_dir": str(folder)}
     return dataclasses.replace(preset, datasets=tuple(specs), base=base)
+
+
+def with_datasets(preset: Preset, labels: str | Sequence[str]) -> Preset:
+    """`preset` with only the datasets labelled in `labels` ("MNIST,CIFAR-10" or a list),
+    in the preset's order (ValueError naming the allowed labels)."""
+    names = [x.strip() for x in labels.split(",")] if isinstance(labels, str) else list(labels)
+    known = [spec.label for spec in preset.datasets]
+    bad = [n for n in names if n not in known]
+    if bad or not names:
+        raise ValueError(f"datasets: unknown {bad or names}; preset {preset.name!r} has {known}")
+    specs = tuple(spec for spec in preset.datasets if spec.label in names)
+    return dataclasses.replace(preset, datasets=specs)
 
 
 def get_preset(name: str | Preset) -> Preset:
