@@ -63,10 +63,10 @@ def training(sz: Sizes, models: int, steps: int, name: str, grads: int = 1) -> P
 
 def evaluation(sz: Sizes, pairs: int, samples: int, name: str, copies: int = 0) -> Phase:
     """`cross_evaluate` of `pairs` (model, client) pairs on `samples` padded samples: a chunk
-    of pairs (`eval_chunk`, and the remainder) gathered, each through the forward pass one
-    block of samples at a time (`EVAL_BLOCK`), `[pairs, samples]` losses and correctness."""
+    of pairs (`eval_chunk`; the last one padded) gathered, each through the forward pass
+    one block of samples at a time (`EVAL_BLOCK`), `[pairs, samples]` losses and
+    correctness."""
     at_once = min(pairs, eval_chunk(samples, sz.param))
-    at_once += pairs % at_once  # lax.map's remainder runs as one more batch
     chunk = at_once * (min(samples, EVAL_BLOCK) * sz.eval_sample + sz.param)
     return Phase(name, copies, chunk + pairs * samples * 8)
 

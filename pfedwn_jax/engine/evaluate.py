@@ -13,7 +13,7 @@ from pfedwn_jax._checks import check_int, check_range, check_shape, check_tree_l
 from pfedwn_jax.data.client_data import ClientData
 from pfedwn_jax.engine.losses import per_sample_ce
 from pfedwn_jax.engine.train import check_slots
-from pfedwn_jax.engine.tree import num_slots_of
+from pfedwn_jax.engine.tree import chunked_rows, num_slots_of
 from pfedwn_jax.models import Model, check_model_fits
 
 # Samples evaluated at once (pairs x samples per pair) when no chunk_size is given.
@@ -94,29 +94,44 @@ def cross_evaluate(
 def _cross_evaluate(
     model, params, x_all, y_all, mask_all, model_slot, data_client, *, chunk, block
 ):
+    """`chunk` pairs at a time (`chunked_rows`), each chunk looping over sample blocks as
+    long as its longest pair needs (one scalar bound: with the pairs split over devices,
+    every device runs the same number of iterations, so their collectives stay in step; a
+    loop per pair under `vmap` let the devices' loops end apart and XLA:CPU abort)."""
     size = y_all.shape[1]
+    counts = jnp.sum(mask_all, axis=1, dtype=jnp.int32)  # [clients] real samples
 
-    def one_pair(pair):
-        m, n = pair
+    def pairs(rows: jax.Array, real: jax.Array) -> tuple[jax.Array, jax.Array]:
+        m, n = model_slot[rows], data_client[rows]  # [C]
         p = jax.tree.map(lambda a: a[m], params)
-        trips = -(-jnp.sum(mask_all[n], dtype=jnp.int32) // block)
+        trips = -(-counts[n] // block)  # [C] blocks holding each pair's samples
+
+        def one(p_c, n_c, start):
+            take = lambda a: jax.lax.dynamic_slice(
+                a, (n_c, start) + (0,) * (a.ndim - 2), (1, block, *a.shape[2:])
+            )[0]
+            x, y, mask = take(x_all), take(y_all), take(mask_all)
+            logits = model.apply(p_c, x)
+            loss = jnp.where(mask, per_sample_ce(logits, y), 0.0)
+            hit = (jnp.argmax(logits, axis=-1) == y).astype(jnp.float32)
+            return loss, jnp.where(mask, hit, 0.0)
 
         def body(k, acc):
             start = jnp.minimum(k * block, size - block)  # the last block may overlap
-            take = lambda a: jax.lax.dynamic_slice(
-                a, (n, start) + (0,) * (a.ndim - 2), (1, block, *a.shape[2:])
-            )[0]
-            x, y, mask = take(x_all), take(y_all), take(mask_all)
-            logits = model.apply(p, x)
-            loss = jnp.where(mask, per_sample_ce(logits, y), 0.0)
-            correct = jnp.where(mask, (jnp.argmax(logits, axis=-1) == y).astype(jnp.float32), 0.0)
-            put = lambda full, part: jax.lax.dynamic_update_slice_in_dim(full, part, start, 0)
-            return put(acc[0], loss), put(acc[1], correct)
+            new = jax.vmap(one, (0, 0, None))(p, n, start)
+            old = jax.tree.map(lambda a: jax.lax.dynamic_slice_in_dim(a, start, block, 1), acc)
+            keep = (k < trips)[:, None]  # a pair past its own blocks keeps what it has
+            part = jax.tree.map(lambda a, b: jnp.where(keep, a, b), new, old)
+            return jax.tree.map(
+                lambda full, b: jax.lax.dynamic_update_slice_in_dim(full, b, start, 1), acc, part
+            )
 
-        zeros = jnp.zeros(size, jnp.float32)
-        return jax.lax.fori_loop(0, trips, body, (zeros, zeros))
+        zeros = jnp.zeros((rows.shape[0], size), jnp.float32)
+        return jax.lax.fori_loop(0, jnp.max(trips), body, (zeros, zeros))
 
-    loss, correct = jax.lax.map(one_pair, (model_slot, data_client), batch_size=chunk)
+    if model_slot.shape[0] == 0:
+        return {"loss": jnp.zeros((0, size)), "correct": jnp.zeros((0, size))}
+    loss, correct = chunked_rows(pairs, model_slot.shape[0], chunk)
     return {"loss": loss, "correct": correct}
 
 
