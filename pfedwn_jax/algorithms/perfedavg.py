@@ -39,7 +39,7 @@ from pfedwn_jax._checks import check_bool, check_choice, check_float
 from pfedwn_jax.algorithms.base import RoundContext, checked, hparams, register
 from pfedwn_jax.algorithms.common import BaselineState, baseline_algorithm, train_then_average
 from pfedwn_jax.algorithms.phases import Phase, Sizes, chunk_of, evaluation, training
-from pfedwn_jax.engine import default_loss, per_sample_ce
+from pfedwn_jax.engine import default_loss, per_sample_ce, resolve_shards, shard_slots
 
 VARIANTS = ("fo", "hf", "exact")
 #: Variants with a Hessian-vector product term (and a third batch part D'').
@@ -177,20 +177,28 @@ def _round(
 
 
 def eval_params(state: BaselineState, ctx: RoundContext, hp: PerFedAvgHParams):
-    """The held (global) model after one step of size alpha on the slot's own training data."""
+    """The held (global) model after one step of size alpha on the slot's own training data,
+    each device adapting its own block of slots (`shard_slots`, as training splits them;
+    a loop over the whole slot axis had every device gather and adapt every slot)."""
     params = state.clients.params  # alpha is traced (a dynamic hyperparameter): no shortcut at 0
-    train = ctx.train
     chunk = max(ctx.batch_size, EVAL_CHUNK)
 
-    def one(args):
-        p, c = args
-        g = full_batch_grad(ctx.model, p, train.x[c], train.y[c], train.mask[c], chunk)
-        return _axpy(-hp.alpha, g, p)
+    def adapt(train: Any, alpha: Any, params: Any, data_client: Any) -> Any:
+        def one(args: tuple) -> Any:
+            p, c = args
+            g = full_batch_grad(ctx.model, p, train.x[c], train.y[c], train.mask[c], chunk)
+            return _axpy(-alpha, g, p)
 
-    slots = chunk_of(None, ctx.num_slots)  # one at a time on a CPU
-    if slots == 1:  # a plain scan: `batch_size=1` (a vmap of one inside the scan) made
-        return jax.lax.map(one, (params, ctx.data_client))  # XLA:CPU abort in one network run
-    return jax.lax.map(one, (params, ctx.data_client), batch_size=slots)
+        slots = chunk_of(None, data_client.shape[0])  # one at a time on a CPU
+        if slots == 1:  # a plain scan: `batch_size=1` (a vmap of one inside the scan) made
+            return jax.lax.map(one, (params, data_client))  # XLA:CPU abort in a network run
+        return jax.lax.map(one, (params, data_client), batch_size=slots)
+
+    shards = resolve_shards(ctx.shards, ctx.num_slots)
+    if shards == 1:
+        return adapt(ctx.train, hp.alpha, params, ctx.data_client)
+    replicated = (ctx.train, hp.alpha)
+    return shard_slots(adapt, replicated, (params, ctx.data_client), ctx.num_slots, shards)
 
 
 def memory_phases(sz: Sizes, hp: Any) -> list[Phase]:
