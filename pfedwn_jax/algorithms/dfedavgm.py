@@ -39,6 +39,7 @@ from pfedwn_jax.algorithms.dpsgd import mh_mixing
 from pfedwn_jax.algorithms.mixing import gossip, mh_weights
 from pfedwn_jax.algorithms.phases import Phase, Sizes, baseline, plus
 from pfedwn_jax.engine import ClientState
+from pfedwn_jax.engine.evaluate import slot_bytes
 from pfedwn_jax.engine.tree import rows_in_place
 
 
@@ -65,8 +66,7 @@ def momentum_chunk(param_bytes: int, slots: int) -> int:
 
 def _train(ctx: RoundContext, params: Any, key: jax.Array, tx: Any) -> tuple[Any, jax.Array]:
     """Every node's local steps from a fresh momentum, chunk by chunk: `(params, loss [S])`."""
-    one = sum(a.size // a.shape[0] * a.dtype.itemsize for a in jax.tree.leaves(params))
-    chunk = momentum_chunk(one, ctx.num_slots)
+    chunk = momentum_chunk(slot_bytes(params), ctx.num_slots)
     ctx = ctx.replace(optimizer=tx)
     if chunk == ctx.num_slots:
         trained, metrics = local_update(ctx, ClientState(params, jax.vmap(tx.init)(params)), key)
