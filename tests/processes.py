@@ -12,6 +12,17 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+KEPT_LOGS = Path(tempfile.gettempdir()) / "pfedwn-two-process-logs"
+TAIL = 12_000  # characters of each log in the failure message
+
+
+def keep_logs(script: str, logs: list[str]) -> Path:
+    """Write a failed pair's whole logs to a fresh folder under `KEPT_LOGS`; its path."""
+    KEPT_LOGS.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=f"{Path(script).stem}-", dir=KEPT_LOGS))
+    for i, log in enumerate(logs):
+        (folder / f"process{i}.log").write_text(log)
+    return folder
 
 
 def free_port() -> int:
@@ -23,12 +34,14 @@ def free_port() -> int:
 def run_two_processes(script: str, args: list[str], timeout: float) -> tuple[list[str], float]:
     """Run `tests/<script> PORT PROCESS_ID 2 *args` as two processes with 2 CPU devices each
     (one job, coordinator on a free localhost port); their logs and the wall time. Fails the
-    test, with both processes' logs, when a process exits non-zero. The logs go to files, not
-    pipes: a process blocked on a full pipe would stall the other at its next barrier."""
+    test, with both processes' log tails, when a process exits non-zero; the whole logs are
+    then kept under `KEPT_LOGS`. The logs go to files, not pipes: a process blocked on a full
+    pipe would stall the other at its next barrier."""
     env = {
         **os.environ,
         "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
         "JAX_PLATFORMS": "cpu",
+        "PYTHONFAULTHANDLER": "1",  # a fatal abort (say a barrier timeout) prints every stack
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
     env.pop("JAX_NUM_CPU_DEVICES", None)
@@ -62,9 +75,11 @@ def run_two_processes(script: str, args: list[str], timeout: float) -> tuple[lis
             f.close()
     elapsed = time.perf_counter() - start
     codes = [p.returncode for p in procs]
-    tails = "\n".join(f"--- process {i} (exit {c}):\n{log[-3000:]}"
-                      for i, (c, log) in enumerate(zip(codes, logs, strict=True)))  # fmt: skip
-    assert codes == [0, 0], f"after {elapsed:.0f} s:\n{tails}"
+    if codes != [0, 0]:
+        kept = keep_logs(script, logs)
+        tails = "\n".join(f"--- process {i} (exit {c}):\n{log[-TAIL:]}"
+                          for i, (c, log) in enumerate(zip(codes, logs, strict=True)))  # fmt: skip
+        raise AssertionError(f"after {elapsed:.0f} s (whole logs in {kept}):\n{tails}")
     for i, log in enumerate(logs):
         assert f"process {i}: devices 4 local 2" in log
     return logs, elapsed
