@@ -33,6 +33,7 @@ import re
 import shutil
 import sys
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -131,15 +132,30 @@ if not getattr(sys.unraisablehook, "pfedwn_closed_loop", False):
     sys.unraisablehook = _drop_closed_loop_callbacks(sys.unraisablehook)
 
 
+#: The `Writer`s of this process: each may have a save still being written.
+_WRITERS: weakref.WeakSet[Writer] = weakref.WeakSet()
+
+
+def _finish_writes() -> None:
+    """Wait for every `Writer`'s save in flight. Orbax's managers share their barrier names
+    across processes (`ThreadSaveMultiHostValueHolder:set_value_start`, ...): a manager
+    starting a save while another's background thread waits at the same barrier fails there
+    ("already ongoing") in one process and leaves the other at its next barrier until the
+    coordination service ends both. So one manager works at a time."""
+    for writer in list(_WRITERS):
+        writer.wait()
+
+
 def _manager(
     directory: str | Path, create: bool = True, asynchronous: bool = False
 ) -> ocp.CheckpointManager:
-    """An orbax manager of `directory` keeping the latest `KEEP` steps (`asynchronous`: a save
-    returns once the arrays are copied to the host and is written by a background thread, and
-    older steps are deleted by another: removing a step's ~20 files took ~25 ms a save). With
-    several processes old steps are deleted in the foreground: a background deletion by the
-    primary process raced the other processes' scans of the directory (a step listed whose
-    metadata was already gone ended a two-process resume)."""
+    """A fresh orbax manager (after the saves in flight, `_finish_writes`) of `directory` keeping
+    the latest `KEEP` steps (`asynchronous`: a save returns once the arrays are copied to the host
+    and is written by a background thread, and older steps are deleted by another: removing a step's
+    ~20 files took ~25 ms a save). With several processes old steps are deleted in the foreground: a
+    background deletion by the primary process raced the other processes' scans of the directory (a
+    step listed whose metadata was already gone ended a two-process resume)."""
+    _finish_writes()
     options = ocp.CheckpointManagerOptions(
         max_to_keep=KEEP,
         enable_async_checkpointing=asynchronous,
@@ -234,9 +250,11 @@ class Writer:
     """Asynchronous saves into one directory: `save` returns once the arrays are on the host
     (so the caller may donate or overwrite them) and the step is written in the background.
 
-    Each `save` first waits for the previous one; `close` (or leaving a `with` block, also on
-    an exception) waits for the last. A step directory still appears only when complete (orbax
-    renames its temporary directory at the end), so a crash mid-save leaves the previous step.
+    Each `save` first waits for the previous one (of every `Writer` of this process, as every other
+    orbax manager here does before it starts: `_finish_writes`); `close` (or leaving a `with` block,
+    also on an exception) waits for the last. A step directory still appears only when complete
+    (orbax renames its temporary directory at the end), so a crash mid-save leaves the previous
+    step.
     Every process must make the same calls (collectives).
     """
 
@@ -247,9 +265,10 @@ class Writer:
     def save(self, step: int, tree: Any, meta: dict[str, Any]) -> None:
         """Like `save(directory, step, tree, meta)`, but returns before the step is written."""
         with _disk_full_named(self.directory):
+            _finish_writes()
             if self._manager is None:
                 self._manager = _manager(self.directory, asynchronous=True)
-            self._manager.wait_until_finished()
+                _WRITERS.add(self)
             if step == self._manager.latest_step():  # a replacement must not race the deleter
                 self.close()
                 save(self.directory, step, tree, meta)

@@ -259,6 +259,18 @@ def test_two_processes_one_mesh(tmp_path):
     print(f"two-process test: {elapsed:.1f} s")
 
 
+def test_two_process_saves_beside_a_background_save(tmp_path):
+    """A synchronous save started while a `Writer`'s save is still being written, in two
+    processes whose orbax threads run at different speeds, completes in both: orbax's managers
+    share barrier names, so a save waits for the writes in flight (before, process 1 failed at
+    `ThreadSaveMultiHostValueHolder:set_value_start ... already ongoing` and process 0 waited
+    at its next barrier until the coordination service ended both)."""
+    logs, _ = run_two_processes("_two_process_writes_worker.py", [str(tmp_path), "3"], timeout=120)
+    assert all(f"process {i}: saved 3" in log for i, log in enumerate(logs))
+    assert state_store.latest(tmp_path / "ck") == 2
+    assert [state_store.latest(tmp_path / f"m{i}") for i in range(3)] == [0, 0, 0]
+
+
 @pytest.mark.slow
 def test_two_process_sweep_equals_one_process(tmp_path):
     """`pfedwn_jax.sweep` (4 seeds x local, pfedwn; block=1) on a 4-device mesh over two
