@@ -593,8 +593,19 @@ def _check_processes(
     files: Files,
     ckpts: Checkpoints | None = None,
 ):
+    """Run `rows` two at a time, except that the rows naming one checkpoint run one after
+    another: a run holds its checkpoint's lock, and the other would be refused for it."""
+
+    def run(group: list[int]) -> list[Any]:
+        return [_process([*prefix, *rows[i][1]], files, ckpts) for i in group]
+
+    shared = [i for i, row in enumerate(rows) if any("{interrupted}" in a for a in row[1])]
+    groups = [shared, *([i] for i in range(len(rows)) if i not in shared)]
     with ThreadPoolExecutor(max_workers=2) as pool:
-        done = list(pool.map(lambda row: _process([*prefix, *row[1]], files, ckpts), rows))
+        ran = list(pool.map(run, groups))
+    out = {i: proc for group, procs in zip(groups, ran, strict=True)
+           for i, proc in zip(group, procs, strict=True)}  # fmt: skip
+    done = [out[i] for i in range(len(rows))]
     bad = []
     for (name, _, words), proc in zip(rows, done, strict=True):
         lines = proc.stderr.strip().splitlines()
