@@ -112,6 +112,14 @@ def test_a_small_table_end_to_end(tmp_path):
     text = (tmp_path / "FIELD.md").read_text()
     assert "| fedavg | traditional |" in text and "1 comparison per target" in text
     assert "Every method, tuned with the same budget" in (tmp_path / "REPORT.md").read_text()
+    # The table's sweep time is its sweeps' own, also when a later command reads them back.
+    saved = (tmp_path / "field" / "sweeps").glob("*/sweep.json")
+    own = sum(json.loads(f.read_text())["meta"]["wall_s"] for f in saved)
+    assert own > 0 and doc["wall_s"] == pytest.approx(own)
+    assert f"Sweeps: {own:.0f} s, each its own wall time" in text
+    reproduce("field", preset, tmp_path, log=lambda s: None, methods=["fedavg"])
+    again = json.loads((tmp_path / "field_pairs.json").read_text())
+    assert again["wall_s"] == pytest.approx(own) and again["command_s"] < doc["command_s"]
 
 
 def test_docs_list_every_methods_grid():

@@ -90,8 +90,10 @@ def run_field(
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Run the table's sweeps into `out/field/` and return `{"rows", "pairs", "wall_s",
-    "preset"}`: the chosen rows (with `family` and the `cost` of a round) and every method
-    minus Local (`tables.paired_to_local`, with the bootstrap and Holm's correction)."""
+    "command_s", "preset"}`: the chosen rows (with `family` and the `cost` of a round), every
+    method minus Local (`tables.paired_to_local`, with the bootstrap and Holm's correction),
+    the summed wall time of the sweeps (each its own, whether run now or read back from an
+    earlier command) and this command's."""
     fp = field_preset(preset, methods)
     t0 = time.perf_counter()
     rows, sweeps = run_tables(fp, ("table2",), out / "field", log)
@@ -100,7 +102,9 @@ def run_field(
         r["family"] = get_algorithm(r["method"]).family
         r["cost"] = round_cost(sweeps[(r["dataset"], r["method"])][0], r)
     pairs = paired_to_local(rows, sweeps, fp.window, n_test=target_test_counts(rows))
-    return {"rows": rows, "pairs": pairs, "wall_s": time.perf_counter() - t0, "preset": fp}
+    wall_s = float(sum(res.meta.get("wall_s", 0.0) for res, _ in sweeps.values()))
+    return {"rows": rows, "pairs": pairs, "wall_s": wall_s,
+            "command_s": time.perf_counter() - t0, "preset": fp}  # fmt: skip
 
 
 def cost_table(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -131,8 +135,9 @@ def field_markdown(result: Mapping[str, Any]) -> list[str]:
         f"{FIELD_POINTS} grid points on validation (the mean target validation accuracy of "
         f"the last {fp.window} rounds); target test accuracy (%) at the chosen point, mean of "
         f"the last {fp.window} rounds ± the 95% interval over seeds. Sweeps: "
-        f"{result['wall_s']:.0f} s. The cost of a round counted with `cost=True` on the "
-        "preset's links.",
+        f"{result['wall_s']:.0f} s, each its own wall time (this command: "
+        f"{result['command_s']:.0f} s; less where it read sweeps back). The cost of a round "
+        "counted with `cost=True` on the preset's links.",
         "",
         markdown_table(rows, "last", bold=False),
         "",
@@ -154,12 +159,12 @@ def field_markdown(result: Mapping[str, Any]) -> list[str]:
 def write_field(out: Path, result: Mapping[str, Any], title: str) -> dict[str, Any]:
     """`field.csv`/`field.json` (the chosen rows), `field_pairs.json` (minus Local, with
     the cost per row) and `FIELD.md`; returns the paths (`files`)."""
-    rows = result["rows"]
+    rows, fp_grids = result["rows"], result["preset"].grids
     paths = write_table(rows, out, "field")
     doc = {"schema": "pfedwn-field/1", "window": result["preset"].window,
            "unit": "points of % target test accuracy (method - Local, per seed)",
-           "wall_s": result["wall_s"], "grids": {m: {k: list(v) for k, v in g.items()}
-                                                 for m, g in result["preset"].grids.items()},
+           "wall_s": result["wall_s"], "command_s": result["command_s"],
+           "grids": {m: {k: list(v) for k, v in g.items()} for m, g in fp_grids.items()},
            "cost_units": COST_COLUMNS,
            "cost": [{k: r[k] for k in ("dataset", "case", "method", "family", "cost")}
                     for r in rows],

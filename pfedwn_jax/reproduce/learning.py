@@ -107,7 +107,7 @@ def reproduce(
         field = run_field(p, out, methods, log)
         title = f"Every method on Table II's cases, preset {p.name}"
         done["field"] = write_field(out, field, title)
-        wall["field"] = field["wall_s"]
+        wall["field"] = field["command_s"]
     report = write_report(out, p, items, done, rows, wall, pairs, cross, field)
     return {"items": done, "wall_s": wall, "tables": rows, "pairs": pairs,
             "crossover": None if cross is None else cross["rows"],

@@ -168,7 +168,7 @@ def write_report(
         f"Items: {', '.join(items)}. Wall time (s): "
         + ", ".join(f"{k} {v:.0f}" for k, v in wall.items())
         + f". Machine at the end: {machine_line()}. The sweeps' own wall time, including "
-        f"those read back from an earlier run: {_sweep_seconds(rows):.0f} s.",
+        f"those read back from an earlier run: {_sweep_seconds(rows, field):.0f} s.",
         "",
     ]
     if rows or cross is not None or field is not None:
@@ -193,6 +193,10 @@ def _artifacts(done: Mapping[str, Any], out: Path) -> list[str]:
     return lines
 
 
-def _sweep_seconds(rows: Sequence[Mapping[str, Any]]) -> float:
-    """Total wall time of the distinct sweeps behind `rows` (each row carries its sweep's)."""
-    return float(sum(t for _, t in {(r["dataset"], r["sweep_wall_s"]) for r in rows}))
+def _sweep_seconds(
+    rows: Sequence[Mapping[str, Any]], field: Mapping[str, Any] | None = None
+) -> float:
+    """Total wall time of the distinct sweeps behind `rows` (each row carries its sweep's)
+    and behind the comparison table (`field`: its own sweeps' total)."""
+    own = float(sum(t for _, t in {(r["dataset"], r["sweep_wall_s"]) for r in rows}))
+    return own + (0.0 if field is None else float(field["wall_s"]))
