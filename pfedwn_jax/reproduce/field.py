@@ -29,6 +29,7 @@ from pfedwn_jax.reproduce.tables import (
     markdown_table,
     paired_table,
     paired_to_local,
+    sweep_seconds,
     table_rows,
     target_test_counts,
     write_table,
@@ -102,8 +103,7 @@ def run_field(
         r["family"] = get_algorithm(r["method"]).family
         r["cost"] = round_cost(sweeps[(r["dataset"], r["method"])][0], r)
     pairs = paired_to_local(rows, sweeps, fp.window, n_test=target_test_counts(rows))
-    wall_s = float(sum(res.meta.get("wall_s", 0.0) for res, _ in sweeps.values()))
-    return {"rows": rows, "pairs": pairs, "wall_s": wall_s,
+    return {"rows": rows, "pairs": pairs, "wall_s": sweep_seconds(rows),
             "command_s": time.perf_counter() - t0, "preset": fp}  # fmt: skip
 
 
@@ -159,12 +159,12 @@ def field_markdown(result: Mapping[str, Any]) -> list[str]:
 def write_field(out: Path, result: Mapping[str, Any], title: str) -> dict[str, Any]:
     """`field.csv`/`field.json` (the chosen rows), `field_pairs.json` (minus Local, with
     the cost per row) and `FIELD.md`; returns the paths (`files`)."""
-    rows, fp_grids = result["rows"], result["preset"].grids
+    rows, fp = result["rows"], result["preset"]
     paths = write_table(rows, out, "field")
-    doc = {"schema": "pfedwn-field/1", "window": result["preset"].window,
+    doc = {"schema": "pfedwn-field/1", "window": fp.window,
            "unit": "points of % target test accuracy (method - Local, per seed)",
            "wall_s": result["wall_s"], "command_s": result["command_s"],
-           "grids": {m: {k: list(v) for k, v in g.items()} for m, g in fp_grids.items()},
+           "grids": {m: {k: list(v) for k, v in g.items()} for m, g in fp.grids.items()},
            "cost_units": COST_COLUMNS,
            "cost": [{k: r[k] for k in ("dataset", "case", "method", "family", "cost")}
                     for r in rows],

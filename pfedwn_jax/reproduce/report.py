@@ -19,7 +19,13 @@ from pfedwn_jax.reproduce.field import field_markdown
 from pfedwn_jax.reproduce.paper_numbers import PAPER_MAX
 from pfedwn_jax.reproduce.presets import FIXED_A, Preset
 from pfedwn_jax.reproduce.runs import dataset_base, label_counts, table_cases
-from pfedwn_jax.reproduce.tables import chosen_table, markdown_table, paired_table, table_rows
+from pfedwn_jax.reproduce.tables import (
+    chosen_table,
+    markdown_table,
+    paired_table,
+    sweep_seconds,
+    table_rows,
+)
 
 
 def machine_line() -> str:
@@ -154,6 +160,7 @@ def write_report(
     """`out/REPORT.md` (see the module docstring)."""
 
     models = sorted({r["config"]["model"] for r in rows}) if rows else []
+    field_rows = [] if field is None else field["rows"]
     text = [
         f"# Reproduction report: preset `{p.name}`",
         "",
@@ -168,7 +175,7 @@ def write_report(
         f"Items: {', '.join(items)}. Wall time (s): "
         + ", ".join(f"{k} {v:.0f}" for k, v in wall.items())
         + f". Machine at the end: {machine_line()}. The sweeps' own wall time, including "
-        f"those read back from an earlier run: {_sweep_seconds(rows, field):.0f} s.",
+        f"those read back from an earlier run: {sweep_seconds([*rows, *field_rows]):.0f} s.",
         "",
     ]
     if rows or cross is not None or field is not None:
@@ -191,12 +198,3 @@ def _artifacts(done: Mapping[str, Any], out: Path) -> list[str]:
         files = [os.path.relpath(v, out) for v in paths]
         lines.append(f"- {item}: " + ", ".join(f"`{f}`" for f in files))
     return lines
-
-
-def _sweep_seconds(
-    rows: Sequence[Mapping[str, Any]], field: Mapping[str, Any] | None = None
-) -> float:
-    """Total wall time of the distinct sweeps behind `rows` (each row carries its sweep's)
-    and behind the comparison table (`field`: its own sweeps' total)."""
-    own = float(sum(t for _, t in {(r["dataset"], r["sweep_wall_s"]) for r in rows}))
-    return own + (0.0 if field is None else float(field["wall_s"]))

@@ -49,6 +49,12 @@ def table_rows(rows: Sequence[Mapping[str, Any]], table: str) -> list[Mapping[st
     return [r for r in keep if r["case"] == SPECIAL[0]]
 
 
+def sweep_seconds(rows: Sequence[Mapping[str, Any]]) -> float:
+    """Total wall time of the distinct sweeps behind `rows` (each row carries its sweep's
+    `sweep_wall_s`, kept when a sweep is read back)."""
+    return float(sum(t for _, t in {(r["dataset"], r["sweep_wall_s"]) for r in rows}))
+
+
 def finite(obj: Any) -> Any:
     """NaN/inf floats as None, recursively (strict JSON)."""
     if isinstance(obj, float):
